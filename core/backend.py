@@ -1,0 +1,86 @@
+"""The backend protocol: what a framework plugin implements, and nothing more.
+
+A backend never times itself. The host's timing loop (``accelbench.timing``) calls ``step`` and
+reads the clock; the backend only prepares the work and performs one synced step.
+
+Life cycle, all but ``describe`` inside a fresh worker process::
+
+    describe()            host and worker; no framework import
+    check(config)         worker; framework may be imported now. A reason string means "cannot run"
+    prepare(config)       worker; build model, optimizer, synthetic data on the device
+    step()  (many times)  worker; one training step (or ``steps_per_call`` steps), returns after
+                          the device has finished
+    teardown()            worker; release what prepare made
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """How a backend describes itself, without importing its framework."""
+
+    name: str
+    framework: str
+    #: importable module names the backend needs; availability is checked with find_spec only
+    requires: tuple[str, ...]
+    models: tuple[str, ...] = ("resnet50",)
+    variants: tuple[str, ...] = ("v1",)
+    precisions: tuple[str, ...] = ("fp32",)
+    devices: tuple[str, ...] = ("cpu",)
+    default_variant: str = "v1"
+    default_precision: str = "fp32"
+    #: "global" or "per_device": how this workload's reference states its batch size
+    batch_semantics: str = "per_device"
+    #: default batch (in ``batch_semantics`` units) per device kind
+    default_batch: dict[str, int] = field(default_factory=lambda: {"cpu": 8})
+    version: str = "0"
+    description: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Prepared:
+    """What ``prepare`` reports about the run it set up. Every field is a fact, not a guess."""
+
+    device_name: str
+    #: training FLOPs per image (forward + backward), counted from the model, or None if unknown
+    flops_per_image: float | None = None
+    #: steps executed by one ``step()`` call (several steps per host round-trip, TPU style)
+    steps_per_call: int = 1
+    #: where the synthetic data lives, e.g. "device" or "host"
+    data_placement: str = "device"
+    #: framework-specific settings actually used (threads, kvstore, jit, ...)
+    settings: dict[str, Any] = field(default_factory=dict)
+    framework_version: str = ""
+
+
+class Backend:
+    """Base class for backends. Subclasses set ``info`` and implement the worker-side methods."""
+
+    info: BackendInfo
+
+    def describe(self) -> BackendInfo:
+        return self.info
+
+    def check(self, config: "RunConfig") -> str | None:
+        """Return None if this config can run here, else a one-line reason (→ ``unavailable``)."""
+        return None
+
+    def prepare(self, config: "RunConfig") -> Prepared:
+        raise NotImplementedError
+
+    def step(self) -> float | None:
+        """Run one synced training step; return the loss (a host float) when there is one."""
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        """Release resources; called once after the last step."""

@@ -1,0 +1,187 @@
+"""The ``accelbench`` command. Heavy modules (numpy, rich, jsonschema) load inside commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import UsageError
+
+# CLI flag → RunConfig field; only flags the user gave override the config file
+RUN_FLAGS = {
+    "variant": "variant", "global_batch": "global_batch", "per_device_batch": "per_device_batch",
+    "batch_sizes": "batch_sizes", "device": "device", "device_count": "device_count",
+    "precision": "precision", "image_size": "image_size", "warmup_steps": "warmup_steps",
+    "timed_steps": "timed_steps", "trials": "trials", "threads": "threads",
+    "inter_op_threads": "inter_op_threads", "seed": "seed", "timeout": "timeout_s",
+    "memory_limit_mb": "memory_limit_mb",
+}
+
+
+@click.group()
+@click.version_option(package_name="accelbench")
+def cli() -> None:
+    """Benchmark deep-learning training across frameworks and devices."""
+
+
+@cli.command()
+def plugins() -> None:
+    """List plugins and their backends as JSON (no framework is imported)."""
+    from .registry import PluginHost
+    host = PluginHost()
+    backends = host.backends()
+    listing = []
+    for plugin in host.plugins():
+        entries = []
+        for ref in (r for r in backends if r.plugin.name == plugin.name):
+            reason = ref.unavailable_reason()
+            entries.append({"id": ref.id, **ref.backend.describe().to_json(),
+                            "available": reason is None, "reason": reason or ""})
+        listing.append({"name": plugin.name, "version": plugin.version, "module": plugin.module,
+                        "error": plugin.error, "backends": entries})
+    click.echo(json.dumps(listing, indent=2))
+
+
+@cli.command()
+@click.option("--plugin", "plugin_names", multiple=True, help="Run this plugin's backends (repeatable).")
+@click.option("--backend", "backend_names", multiple=True, help="Run this backend, by name or plugin:name.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON or TOML run config.")
+@click.option("--variant", type=click.Choice(["v1", "v1.5"]), help="ResNet-50 variant.")
+@click.option("--global-batch", type=int, help="Global batch (split over the devices).")
+@click.option("--per-device-batch", type=int, help="Per-device batch (tf_cnn_benchmarks' --batch_size).")
+@click.option("--batch-sizes", help="Sweep of global batch sizes, e.g. 8,16,32.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), help="Device kind.")
+@click.option("--device-count", type=int, help="Devices to use (default: all of the kind).")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision.")
+@click.option("--image-size", type=int, help="Square image side (default 224).")
+@click.option("--warmup-steps", type=int, help="Untimed steps first (default 10).")
+@click.option("--timed-steps", type=int, help="Timed steps (default 100).")
+@click.option("--trials", type=int, help="Independent worker processes per run (default 1).")
+@click.option("--threads", type=int, help="Compute threads (default: all cores).")
+@click.option("--inter-op-threads", type=int, help="Inter-op threads where the framework has them.")
+@click.option("--seed", type=int, help="Random seed.")
+@click.option("--timeout", type=float, help="Seconds before a run's worker is stopped.")
+@click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process.")
+@click.option("--option", "options", multiple=True, help="Backend option KEY=VALUE (repeatable).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
+def run(plugin_names, backend_names, config_file, options, output, **flags) -> None:
+    """Run the selected backends (default: every available one) and write a results file."""
+    from . import records, runner
+    from .report import ResultsTable, RunProgress
+
+    config = _run_config(config_file, flags, options)
+    refs = _selected(plugin_names, backend_names)
+    plans = runner.plan(refs, config)
+    path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
+    done: list[dict[str, Any]] = []
+
+    def keep(record: dict[str, Any]) -> None:
+        done.append(record)
+        records.write_results(path, done)  # rewritten after each run: an interruption keeps them
+
+    progress = RunProgress(len(plans) * config.trials)
+    try:
+        with progress:
+            for _ in runner.execute(plans, keep, progress.update):
+                progress.finished_run()
+    except KeyboardInterrupt:
+        kept = f"kept {len(done)} finished record(s) in {path}" if done else "no run had finished, nothing written"
+        click.echo(f"interrupted: {kept}", err=True)
+        sys.exit(130)
+    ResultsTable(done).print()
+    click.echo(f"results: {path}")
+    if any(r["status"] in ("failed", "timeout") for r in done):
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+def validate(files: tuple[str, ...]) -> None:
+    """Validate results files against the schema, naming each wrong field."""
+    from . import validation
+
+    bad = 0
+    for name in files:
+        document = _load_json(name)
+        problems = validation.errors("results", document)
+        if not problems:
+            count = len(document["records"])
+            click.echo(f"{name}: ok ({count} record{'s' if count != 1 else ''})")
+            continue
+        bad += 1
+        for problem in problems:
+            click.echo(f"{name}: {problem}")
+    sys.exit(1 if bad else 0)
+
+
+def _load_json(name: str) -> Any:
+    try:
+        return json.loads(Path(name).read_text())
+    except OSError as exc:
+        raise UsageError(f"{name}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{name}: not JSON ({exc})") from None
+
+
+def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):
+    from .config import RunConfig, load_config_file
+
+    data: dict[str, Any] = load_config_file(config_file) if config_file else {}
+    for flag, field_name in RUN_FLAGS.items():
+        if flags.get(flag) is not None:
+            data[field_name] = flags[flag]
+    if isinstance(data.get("batch_sizes"), str):
+        data["batch_sizes"] = _int_list(data["batch_sizes"])
+    if options:
+        data["options"] = {**data.get("options", {}), **dict(map(_option, options))}
+    return RunConfig.from_dict(data)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--batch-sizes must be comma-separated integers, got {text!r}") from None
+
+
+def _option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--option must be KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...]):
+    from .registry import PluginHost
+    refs = PluginHost().select(plugin_names, backend_names)
+    if plugin_names or backend_names:
+        return refs  # asked for by name: an unavailable one still gets a record saying why
+    available = [r for r in refs if r.unavailable_reason() is None]
+    if not available:
+        raise UsageError("no backend is available: install a framework, e.g. pip install 'accelbench[all]'")
+    return available
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except UsageError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.UsageError as exc:  # bad flag or value: one line, like our own errors
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)

@@ -1,0 +1,137 @@
+"""RunConfig: what to run, validated once against ``schemas/config.schema.json``.
+
+Batch semantics are resolved here, once per backend: the user gives a global batch or a
+per-device batch (or neither: the backend's default for the device kind), and the other is
+derived. A global batch that does not divide by the device count is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import validation
+from .backend import BackendInfo
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str = "resnet50"
+    variant: str | None = None
+    global_batch: int | None = None
+    per_device_batch: int | None = None
+    batch_sizes: tuple[int, ...] | None = None
+    device: str = "auto"
+    device_count: int | None = None
+    precision: str | None = None
+    image_size: int = 224
+    num_classes: int = 1000
+    data: str = "synthetic"
+    warmup_steps: int = 10
+    timed_steps: int = 100
+    trials: int = 1
+    threads: int | None = None
+    inter_op_threads: int | None = None
+    seed: int = 0
+    timeout_s: float = 1800.0
+    memory_limit_mb: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    #: set by ``resolve``: where the batch size came from ("config" or "backend default")
+    batch_source: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        validation.validate_or_raise("config", data, what="config")
+        data = dict(data)
+        if data.get("batch_sizes") is not None:
+            data["batch_sizes"] = tuple(data["batch_sizes"])
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if out["batch_sizes"] is not None:
+            out["batch_sizes"] = list(out["batch_sizes"])
+        return out
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of the config (resolved configs hash what actually ran)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @property
+    def effective_threads(self) -> int:
+        return self.threads or os.cpu_count() or 1
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON or TOML config file into a dict (not yet validated)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"config file {path}: {exc.strerror}") from None
+    try:
+        if path.suffix == ".toml":
+            return tomllib.loads(text)
+        return json.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"config file {path} is malformed: {exc}") from None
+
+
+def expand_sweep(config: RunConfig) -> list[RunConfig]:
+    """One config per batch size of a sweep (global batches), or the config itself."""
+    if not config.batch_sizes:
+        return [config]
+    return [config.replace(batch_sizes=None, global_batch=b, per_device_batch=None)
+            for b in config.batch_sizes]
+
+
+def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int) -> RunConfig:
+    """Fill every backend-dependent default and derive the missing batch size.
+
+    Raises UsageError for a batch that cannot be split evenly over the devices.
+    """
+    global_batch, per_device, source = _resolve_batch(config, info, device, device_count)
+    return config.replace(
+        variant=config.variant or info.default_variant,
+        precision=config.precision or info.default_precision,
+        device=device,
+        device_count=device_count,
+        global_batch=global_batch,
+        per_device_batch=per_device,
+        batch_source=source,
+        threads=config.effective_threads,
+    )
+
+
+def _resolve_batch(config: RunConfig, info: BackendInfo, device: str, count: int) -> tuple[int, int, str]:
+    if config.global_batch is not None and config.per_device_batch is not None:
+        if config.global_batch != config.per_device_batch * count:
+            raise UsageError(
+                f"global_batch {config.global_batch} != per_device_batch {config.per_device_batch}"
+                f" x {count} devices: give one of them")
+        return config.global_batch, config.per_device_batch, "config"
+    if config.global_batch is not None:
+        return (*_split_global(config.global_batch, count), "config")
+    if config.per_device_batch is not None:
+        return config.per_device_batch * count, config.per_device_batch, "config"
+    default = info.default_batch.get(device) or info.default_batch.get("cpu") or 8
+    if info.batch_semantics == "global":
+        return (*_split_global(default, count), "backend default")
+    return default * count, default, "backend default"
+
+
+def _split_global(global_batch: int, count: int) -> tuple[int, int]:
+    if global_batch % count:
+        raise UsageError(f"global batch {global_batch} does not divide by {count} devices")
+    return global_batch, global_batch // count

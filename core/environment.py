@@ -1,0 +1,90 @@
+"""Provenance: what machine and software produced a record, and which accelerators are here.
+
+Nothing here imports a framework: package versions come from installed metadata, GPUs from
+``nvidia-smi``, TPUs from their device files.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from functools import cache
+from importlib import metadata
+
+KEY_PACKAGES = ("accelbench", "tensorflow", "tensorflow-cpu", "tf-keras", "keras", "mxnet",
+                "numpy", "pluggy", "jsonschema", "pytest-benchmark")
+
+
+def collect() -> dict:
+    """The ``environment`` block of a record."""
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count() or 1,
+        "memory_bytes": _memory_bytes(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "packages": package_versions(),
+        "accelerators": gpus() + tpus(),
+    }
+
+
+def package_versions() -> dict[str, str]:
+    found = {}
+    for name in KEY_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def device_counts() -> dict[str, int]:
+    """How many devices of each kind this machine has (cpu counts as one device)."""
+    return {"cpu": 1, "gpu": len(gpus()), "tpu": len(tpus())}
+
+
+@cache
+def gpus() -> list[dict]:
+    """NVIDIA GPUs as nvidia-smi reports them, with the driver version; [] when there is none."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+    return [{"kind": "gpu", "name": r[0], "driver": r[1], "memory": r[2]} for r in rows if len(r) == 3]
+
+
+@cache
+def tpus() -> list[dict]:
+    """TPU chips visible through their device files (TPU VMs); [] elsewhere."""
+    chips = sorted(glob.glob("/dev/accel*")) or (sorted(glob.glob("/dev/vfio/[0-9]*"))
+                                                  if os.environ.get("TPU_ACCELERATOR_TYPE") else [])
+    kind = os.environ.get("TPU_ACCELERATOR_TYPE", "tpu")
+    return [{"kind": "tpu", "name": kind, "driver": "", "memory": "", "path": p} for p in chips]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0

@@ -1,0 +1,137 @@
+"""Plugin loading and the typed facade over pluggy: core code never calls ``pm.hook.*`` itself.
+
+Plugins come from the ``accelbench`` entry-point group, built-in ones included. Set
+``ACCELBENCH_PLUGINS=name,name`` to load only those entry points (tests, one-framework users).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from types import ModuleType
+from typing import Iterable
+
+import pluggy
+
+from . import hookspecs
+from .backend import Backend
+from .errors import UsageError
+
+ENTRY_POINT_GROUP = "accelbench"
+ALLOW_LIST_VARIABLE = "ACCELBENCH_PLUGINS"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    name: str
+    version: str
+    module: str
+    #: import error text when the plugin failed to load, else ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class BackendRef:
+    plugin: PluginInfo
+    backend: Backend
+
+    @property
+    def id(self) -> str:
+        return f"{self.plugin.name}:{self.backend.describe().name}"
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run on this host at all (its framework is missing), else None.
+
+        Looks modules up with find_spec only: nothing is imported.
+        """
+        info = self.backend.describe()
+        missing = [m for m in info.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            return f"{info.framework} is not installed (module {', '.join(missing)} not found)"
+        return None
+
+
+class PluginHost:
+    def __init__(self, use_entry_points: bool = True, extra: Iterable[object] = ()):
+        self._pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+        self._pm.add_hookspecs(hookspecs)
+        self._plugins: dict[str, PluginInfo] = {}
+        if use_entry_points:
+            self._load_entry_points()
+        for plugin in extra:
+            self.add(plugin)
+        self._pm.check_pending()
+
+    def add(self, plugin: object, name: str | None = None, version: str = "0") -> None:
+        """Register an in-process plugin (a module or object with hookimpls)."""
+        name = self._pm.register(plugin, name=name)
+        module = getattr(plugin, "__name__", type(plugin).__module__)
+        self._plugins[name] = PluginInfo(name, version, module)
+
+    def plugins(self) -> list[PluginInfo]:
+        return sorted(self._plugins.values(), key=lambda p: p.name)
+
+    def backends(self) -> list[BackendRef]:
+        """Every backend of every loaded plugin, asking each plugin's registrar in turn."""
+        refs: list[BackendRef] = []
+        for impl in self._pm.hook.register_backends.get_hookimpls():
+            plugin = self._plugins[impl.plugin_name]
+            impl.function(register=lambda backend, p=plugin: refs.append(BackendRef(p, backend)))
+        _refuse_duplicates(refs)
+        return sorted(refs, key=lambda r: r.id)
+
+    def select(self, plugins: Iterable[str] = (), backends: Iterable[str] = ()) -> list[BackendRef]:
+        """Backends matching the named plugins and backend names/ids; unknown names are an error."""
+        plugins, backends = list(plugins), list(backends)
+        known = self.backends()
+        for name in plugins:
+            if name not in self._plugins:
+                raise UsageError(f"unknown plugin {name!r} (loaded: {', '.join(self._plugins) or 'none'})")
+            if self._plugins[name].error:
+                raise UsageError(f"plugin {name!r} failed to load: {self._plugins[name].error}")
+        for name in backends:
+            if not any(name in (r.id, r.backend.describe().name) for r in known):
+                raise UsageError(f"unknown backend {name!r} (known: {', '.join(r.id for r in known)})")
+        chosen = [r for r in known
+                  if (not plugins or r.plugin.name in plugins)
+                  and (not backends or r.id in backends or r.backend.describe().name in backends)]
+        return sorted(chosen, key=lambda r: _position(r, backends))
+
+    def _load_entry_points(self) -> None:
+        allowed = _allow_list()
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in self._plugins or (allowed is not None and ep.name not in allowed):
+                continue
+            version = ep.dist.version if ep.dist else "0"
+            try:
+                module: ModuleType = ep.load()
+            except Exception as exc:  # a broken plugin is reported, never fatal to the others
+                self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value, f"{type(exc).__name__}: {exc}")
+                continue
+            self._pm.register(module, name=ep.name)
+            self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value)
+
+
+def _allow_list() -> set[str] | None:
+    raw = os.environ.get(ALLOW_LIST_VARIABLE)
+    if raw is None:
+        return None
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+def _position(ref: BackendRef, names: list[str]) -> int:
+    """Backends named on the command line run in the order they were named."""
+    for index, name in enumerate(names):
+        if name in (ref.id, ref.backend.describe().name):
+            return index
+    return len(names)
+
+
+def _refuse_duplicates(refs: list[BackendRef]) -> None:
+    seen: set[str] = set()
+    for ref in refs:
+        if ref.id in seen:
+            raise UsageError(f"backend {ref.id} is registered twice")
+        seen.add(ref.id)

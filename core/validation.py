@@ -1,0 +1,52 @@
+"""The JSON Schemas shipped in ``schemas/`` (package ``accelbench.schemas``), validators built once."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from .errors import UsageError
+
+RESULT_SCHEMA_VERSION = "1.0.0"
+
+
+@cache
+def load(name: str) -> dict[str, Any]:
+    """The schema document ``schemas/<name>.schema.json``."""
+    text = resources.files("accelbench.schemas").joinpath(f"{name}.schema.json").read_text()
+    return json.loads(text)
+
+
+@cache
+def validator(name: str):
+    """A format-checking draft 2020-12 validator for schema ``name``, built once per process."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    schema = load(name)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    registry = Registry().with_resources(
+        (doc["$id"], Resource.from_contents(doc)) for doc in map(load, _all_names()))
+    return cls(schema, registry=registry, format_checker=cls.FORMAT_CHECKER)
+
+
+def _all_names() -> list[str]:
+    folder = resources.files("accelbench.schemas")
+    return sorted(p.name.removesuffix(".schema.json") for p in folder.iterdir()
+                  if p.name.endswith(".schema.json"))
+
+
+def errors(name: str, document: Any) -> list[str]:
+    """Readable messages, one per problem, each naming the exact field (JSON path) that is wrong."""
+    found = sorted(validator(name).iter_errors(document), key=lambda e: list(e.absolute_path))
+    return [f"{e.json_path}: {e.message}" for e in found]
+
+
+def validate_or_raise(name: str, document: Any, what: str) -> None:
+    problems = errors(name, document)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(f"invalid {what}: {problems[0]}{more}")

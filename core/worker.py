@@ -1,0 +1,93 @@
+"""The worker process: one backend, one config, a fresh interpreter.
+
+The host sends commands over a pipe; the worker answers each with ``("ok", payload)`` or
+``("error", kind, message)``, and may send ``("progress", phase, done, total)`` meanwhile.
+
+Commands: ``check``, ``prepare``, ``run`` (the timing loop), ``step`` (one synced step, for
+pytest-benchmark), ``teardown``, ``exit``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import traceback
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .backend import Backend
+from .config import RunConfig
+from .timing import run_timed
+
+#: exception type names that mean the device or host ran out of memory
+OOM_ERRORS = ("MemoryError", "ResourceExhaustedError", "OutOfMemoryError")
+
+
+def apply_process_settings(config: RunConfig) -> None:
+    """Settings that must be in place before any framework is imported in this process."""
+    threads = str(config.effective_threads)
+    # OpenMP/MKL read these once, at library load: MXNet uses half the cores without them.
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[variable] = threads
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    random.seed(config.seed)
+    if config.memory_limit_mb:
+        limit = config.memory_limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def main(conn: Connection, backend: Backend, config: RunConfig) -> None:
+    """Entry point of the worker process (started by the host with the 'spawn' method)."""
+    apply_process_settings(config)
+    session = _Session(conn, backend, config)
+    while True:
+        try:
+            command, *args = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if command == "exit":
+            return
+        try:
+            conn.send(("ok", session.handle(command, args)))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the host
+            conn.send(("error", _error_kind(exc), _describe(exc)))
+
+
+class _Session:
+    def __init__(self, conn: Connection, backend: Backend, config: RunConfig):
+        self.conn, self.backend, self.config = conn, backend, config
+        self.steps_per_call = 1
+
+    def handle(self, command: str, args: list[Any]) -> Any:
+        if command == "check":
+            return self.backend.check(self.config)
+        if command == "prepare":
+            prepared = self.backend.prepare(self.config)
+            self.steps_per_call = prepared.steps_per_call
+            return asdict(prepared)
+        if command == "run":
+            warmup_calls, timed_calls = args
+            timing = run_timed(self.backend.step, warmup_calls, timed_calls, self.steps_per_call,
+                               progress=self._progress)
+            return asdict(timing)
+        if command == "step":
+            return self.backend.step()
+        if command == "teardown":
+            return self.backend.teardown()
+        raise ValueError(f"unknown worker command {command!r}")
+
+    def _progress(self, phase: str, done: int, total: int) -> None:
+        self.conn.send(("progress", phase, done, total))
+
+
+def _error_kind(exc: BaseException) -> str:
+    return "oom" if type(exc).__name__ in OOM_ERRORS else "error"
+
+
+def _describe(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}{where}"[:2000]

@@ -1,0 +1,6 @@
+"""placeholder"""
+import accelbench
+
+@accelbench.hookimpl
+def register_backends(register):
+    pass

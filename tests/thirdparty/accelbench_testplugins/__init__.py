@@ -1,0 +1,1 @@
+"""Test-only accelbench plugins: known step times, and backends that fail in every way."""

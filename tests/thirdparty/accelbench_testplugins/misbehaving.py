@@ -1,0 +1,56 @@
+"""Backends that fail the ways real ones do: raise, exit abruptly, segfault, hang, run out of memory."""
+
+import os
+import signal
+import time
+
+import accelbench
+
+
+class Misbehaving(accelbench.Backend):
+    def __init__(self, name: str, when: str = "step"):
+        self.info = accelbench.BackendInfo(name=name, framework="none", requires=(), version="0.1",
+                                           description=f"fails by {name} during {when}")
+        self.when = when
+
+    def prepare(self, config):
+        if self.when == "prepare":
+            self.fail()
+        return accelbench.Prepared(device_name="test cpu")
+
+    def step(self):
+        self.fail()
+
+    def fail(self):
+        if self.info.name == "raises":
+            raise RuntimeError("deliberate failure in the test plugin")
+        if self.info.name == "exits":
+            os._exit(3)
+        if self.info.name == "segfaults":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if self.info.name == "hangs":
+            time.sleep(3600)
+        if self.info.name == "oom":
+            hog = bytearray(64 * 1024**3)  # more than any test machine's memory limit allows
+            return len(hog)
+        raise AssertionError(self.info.name)
+
+
+class Unavailable(accelbench.Backend):
+    info = accelbench.BackendInfo(name="needs-gpu", framework="none", requires=(), devices=("cpu", "gpu"))
+
+    def check(self, config):
+        return "no GPU here (test plugin always refuses)"
+
+
+class MissingFramework(accelbench.Backend):
+    info = accelbench.BackendInfo(name="needs-framework", framework="nonexistent",
+                                  requires=("accelbench_nonexistent_framework",))
+
+
+@accelbench.hookimpl
+def register_backends(register):
+    for name in ("raises", "exits", "segfaults", "hangs", "oom"):
+        register(Misbehaving(name))
+    register(Unavailable())
+    register(MissingFramework())
