@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from .config import RunConfig
 
 
+#: FLOPs of one training image per forward multiply-add: 2 FLOPs per multiply-add, and the
+#: backward pass costs about twice the forward (gradients w.r.t. inputs and w.r.t. weights)
+TRAINING_FLOPS_PER_FORWARD_MAC = 6
+
+
+def training_flops(forward_macs: int) -> float:
+    """Training FLOPs per image from the forward multiply-adds counted on the model."""
+    return float(TRAINING_FLOPS_PER_FORWARD_MAC * forward_macs)
+
+
 @dataclass(frozen=True)
 class BackendInfo:
     """How a backend describes itself, without importing its framework."""
@@ -42,6 +52,8 @@ class BackendInfo:
     default_batch: dict[str, int] = field(default_factory=lambda: {"cpu": 8})
     version: str = "0"
     description: str = ""
+    #: backend-specific ``config.options`` keys this backend understands, with their meaning
+    options: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

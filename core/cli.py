@@ -16,7 +16,7 @@ from .errors import UsageError
 RUN_FLAGS = {
     "variant": "variant", "global_batch": "global_batch", "per_device_batch": "per_device_batch",
     "batch_sizes": "batch_sizes", "device": "device", "device_count": "device_count",
-    "precision": "precision", "image_size": "image_size", "warmup_steps": "warmup_steps",
+    "precision": "precision", "image_size": "image_size", "num_classes": "num_classes", "warmup_steps": "warmup_steps",
     "timed_steps": "timed_steps", "trials": "trials", "threads": "threads",
     "inter_op_threads": "inter_op_threads", "seed": "seed", "timeout": "timeout_s",
     "memory_limit_mb": "memory_limit_mb",
@@ -59,6 +59,7 @@ def plugins() -> None:
 @click.option("--device-count", type=int, help="Devices to use (default: all of the kind).")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision.")
 @click.option("--image-size", type=int, help="Square image side (default 224).")
+@click.option("--num-classes", type=int, help="Classes of the synthetic labels (default 1000).")
 @click.option("--warmup-steps", type=int, help="Untimed steps first (default 10).")
 @click.option("--timed-steps", type=int, help="Timed steps (default 100).")
 @click.option("--trials", type=int, help="Independent worker processes per run (default 1).")

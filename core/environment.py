@@ -23,7 +23,7 @@ def collect() -> dict:
     """The ``environment`` block of a record."""
     return {
         "hostname": socket.gethostname(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count() or 1,
         "memory_bytes": _memory_bytes(),
         "os": platform.platform(),
@@ -72,7 +72,7 @@ def tpus() -> list[dict]:
     return [{"kind": "tpu", "name": kind, "driver": "", "memory": "", "path": p} for p in chips]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:

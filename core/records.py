@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -66,8 +67,7 @@ def build(ctx: RunContext) -> dict[str, Any]:
                   "source": cfg.batch_source, "semantics": info.batch_semantics},
         "image_size": cfg.image_size,
         "data": {"source": cfg.data, "placement": prepared.get("data_placement")},
-        "steps": {"warmup": cfg.warmup_steps, "timed": cfg.timed_steps,
-                  "steps_per_sample": prepared.get("steps_per_call", 1)},
+        "steps": _steps(cfg, prepared.get("steps_per_call", 1)),
         "trials": trials,
         "throughput": None,
         "step_time": None,
@@ -84,6 +84,12 @@ def build(ctx: RunContext) -> dict[str, Any]:
         record["flops"] = {"per_image": prepared["flops_per_image"],
                            "achieved_per_s": ips * prepared["flops_per_image"] if ips else None}
     return record
+
+
+def _steps(cfg: RunConfig, per_call: int) -> dict[str, int]:
+    """Steps actually run: whole calls of ``per_call`` steps each (the worker rounds up)."""
+    whole = lambda steps: math.ceil(steps / per_call) * per_call  # noqa: E731
+    return {"warmup": whole(cfg.warmup_steps), "timed": whole(cfg.timed_steps), "steps_per_sample": per_call}
 
 
 def _overall_status(outcomes: list[TrialOutcome]) -> tuple[str, str]:

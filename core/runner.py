@@ -8,6 +8,11 @@ other runs go on.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 import signal
 import time
 from dataclasses import dataclass
@@ -17,6 +22,7 @@ from . import config as configuration
 from . import environment, worker
 from .config import RunConfig
 from .records import RunContext, TrialOutcome, build
+from .errors import UsageError
 from .registry import BackendRef
 
 Progress = Callable[[str, int, str, int, int], None]  # backend id, trial, phase, done, total
@@ -29,15 +35,23 @@ class WorkerFailure(Exception):
 
 
 class Worker:
-    """A worker process for one backend and resolved config, driven over a pipe."""
+    """A fresh ``python -m accelbench.worker`` process for one backend and resolved config.
+
+    A plain subprocess rather than multiprocessing's 'spawn', so the caller's ``__main__`` is
+    never re-imported in the worker (scripts need no ``if __name__ == "__main__"`` guard). What the
+    frameworks print goes to a log file, not the user's terminal.
+    """
 
     def __init__(self, ref: BackendRef, config: RunConfig, timeout_s: float | None = None):
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker.main, args=(child, ref.backend, config),
-                                   name=f"accelbench-{ref.id}", daemon=True)
-        self.process.start()
+        self.conn, child = multiprocessing.Pipe()
+        fd, self.log_path = tempfile.mkstemp(prefix=f"accelbench-{ref.id.replace(':', '-')}-", suffix=".log")
+        with os.fdopen(fd, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "accelbench.worker", str(child.fileno())],
+                pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         child.close()
+        self.conn.send(sys.path)  # so the worker imports plugins exactly as the host did
+        self.conn.send((ref.backend, config))
         self.timeout_s = timeout_s or config.timeout_s
         self.deadline = time.monotonic() + self.timeout_s
         self.phase = "start"
@@ -57,6 +71,13 @@ class Worker:
             _, kind, text = message
             raise WorkerFailure("failed", f"out of memory: {text}" if kind == "oom" else text)
 
+    def keep_log(self, failure: WorkerFailure) -> WorkerFailure:
+        """The failure, with the path of the worker's log (kept for the user) appended."""
+        return WorkerFailure(failure.status, f"{failure.reason} [worker log: {self.log_path}]")
+
+    def discard_log(self) -> None:
+        Path(self.log_path).unlink(missing_ok=True)
+
     def _receive(self) -> tuple:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0 or not self.conn.poll(remaining):
@@ -66,24 +87,29 @@ class Worker:
         try:
             return self.conn.recv()
         except (EOFError, ConnectionResetError):
-            self.process.join(5)
             raise WorkerFailure("failed", f"worker process died during {self.phase}: "
-                                          f"{_exit_text(self.process.exitcode)}") from None
+                                          f"{_exit_text(self._wait(5))}") from None
 
     def close(self) -> None:
-        if self.process.is_alive():
+        if self.process.poll() is None:
             try:
                 self.conn.send(("exit",))
             except (BrokenPipeError, OSError):
                 pass
-            self.process.join(10)
+            self._wait(10)
         self.kill()
         self.conn.close()
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.process.poll() is None:
             self.process.kill()
-        self.process.join(5)
+        self._wait(5)
+
+    def _wait(self, seconds: float) -> int | None:
+        try:
+            return self.process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def _exit_text(code: int | None) -> str:
@@ -103,12 +129,15 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
     try:
         reason = handle.call("check")
         if reason:
+            handle.discard_log()
             return TrialOutcome("unavailable", reason)
         prepared = handle.call("prepare")
         timing = handle.call("run", config.warmup_steps, config.timed_steps, on_progress=on_progress)
         handle.call("teardown")
+        handle.discard_log()
         return TrialOutcome("ok", "", timing, prepared)
     except WorkerFailure as failure:
+        failure = handle.keep_log(failure)
         return TrialOutcome(failure.status, failure.reason, None, prepared)
     finally:
         handle.close()
@@ -123,6 +152,7 @@ class Plan:
 
 def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
     """Resolve every (backend, sweep point) up front, so bad input fails before anything runs."""
+    _refuse_unknown_options(refs, config)
     counts = environment.device_counts()
     plans = []
     for ref in refs:
@@ -133,6 +163,14 @@ def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
                 continue
             plans.append(Plan(ref, _resolve(ref, point, counts)))
     return plans
+
+
+def _refuse_unknown_options(refs: list[BackendRef], config: RunConfig) -> None:
+    known = {key for ref in refs for key in ref.backend.describe().options}
+    unknown = sorted(set(config.options) - known)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r} for the selected backends "
+                         f"(known: {', '.join(sorted(known)) or 'none'})")
 
 
 def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:

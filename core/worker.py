@@ -9,9 +9,11 @@ pytest-benchmark), ``teardown``, ``exit``.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import resource
+import sys
 import traceback
 from dataclasses import asdict
 from multiprocessing.connection import Connection
@@ -38,8 +40,15 @@ def apply_process_settings(config: RunConfig) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def main(conn: Connection, backend: Backend, config: RunConfig) -> None:
-    """Entry point of the worker process (started by the host with the 'spawn' method)."""
+def main(fd: int) -> None:
+    """Entry point of the worker process: ``python -m accelbench.worker FD``.
+
+    The host sends its ``sys.path`` first (plain strings), then the pickled backend and config.
+    """
+    conn = Connection(fd)
+    host_path = conn.recv()
+    sys.path[:] = host_path + [p for p in sys.path if p not in host_path]
+    backend, config = conn.recv()
     apply_process_settings(config)
     session = _Session(conn, backend, config)
     while True:
@@ -68,9 +77,9 @@ class _Session:
             self.steps_per_call = prepared.steps_per_call
             return asdict(prepared)
         if command == "run":
-            warmup_calls, timed_calls = args
-            timing = run_timed(self.backend.step, warmup_calls, timed_calls, self.steps_per_call,
-                               progress=self._progress)
+            warmup_steps, timed_steps = args
+            calls = [math.ceil(steps / self.steps_per_call) for steps in (warmup_steps, timed_steps)]
+            timing = run_timed(self.backend.step, *calls, self.steps_per_call, progress=self._progress)
             return asdict(timing)
         if command == "step":
             return self.backend.step()
@@ -91,3 +100,7 @@ def _describe(exc: BaseException) -> str:
     where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {message}{where}"[:2000]
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,6 +1,45 @@
-"""placeholder"""
+"""mxnet_ngc: MXNet Gluon ResNet-50 in the NVIDIA NGC style (global batch 768 by default).
+
+The 2018 study's fastest GPU number was MXNet from NGC at a global batch of 768. This backend
+trains Gluon's model-zoo ResNet-50, hybridized with static memory, on synthetic data made once on
+each device, with ``gluon.Trainer`` SGD over a ``device`` kvstore. MXNet is imported only in the
+worker (``training.py``).
+"""
+
+from __future__ import annotations
+
 import accelbench
+from accelbench import Backend, BackendInfo, Prepared, RunConfig
+
+VERSION = "1.0.0"
+
+
+class NgcResNet50(Backend):
+    info = BackendInfo(
+        name="resnet50", framework="mxnet", requires=("mxnet",), variants=("v1", "v1.5"),
+        precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"), default_variant="v1",
+        default_precision="fp32", batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
+        version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
+        options={"kvstore": "kvstore across contexts: device (default) or local"})
+
+    def check(self, config: RunConfig) -> str | None:
+        from . import training
+
+        return training.device_problem(config)
+
+    def prepare(self, config: RunConfig) -> Prepared:
+        from . import training
+
+        self.run = training.GluonRun(config)
+        return self.run.prepared()
+
+    def step(self) -> float:
+        return self.run.step()
+
+    def teardown(self) -> None:
+        del self.run
+
 
 @accelbench.hookimpl
 def register_backends(register):
-    pass
+    register(NgcResNet50())

@@ -1,6 +1,50 @@
-"""placeholder"""
+"""tf_benchmarks: ResNet-50 training in TensorFlow 2 under the tf_cnn_benchmarks protocol.
+
+tf_cnn_benchmarks measured 10 warm-up and 100 timed steps of synthetic-data training, with
+``--batch_size`` per device, data created on the device, and a host sync every step. This is the
+same measurement on TensorFlow 2.21 (Keras 2 via tf-keras; see ``tf_common``).
+"""
+
+from __future__ import annotations
+
 import accelbench
+from accelbench import Backend, BackendInfo, Prepared, RunConfig
+
+VERSION = "1.0.0"
+# tf_cnn_benchmarks' defaults: momentum 0.9 (Nesterov), weight decay 4e-5
+WEIGHT_DECAY = 4e-5
+
+
+class TfCnnResNet50(Backend):
+    info = BackendInfo(
+        name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
+        variants=("v1", "v1.5"), precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
+        default_variant="v1", default_precision="fp32", batch_semantics="per_device",
+        # the study's 4xV100 TensorFlow run used batch 1024 = 256 per GPU
+        default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
+        description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
+        options={"jit_compile": "compile the step with XLA (default false: slower on CPU)"})
+
+    def check(self, config: RunConfig) -> str | None:
+        from .. import tf_common
+
+        return tf_common.device_problem(tf_common.import_tensorflow(config), config)
+
+    def prepare(self, config: RunConfig) -> Prepared:
+        from .. import tf_common
+
+        recipe = tf_common.Recipe(weight_decay=WEIGHT_DECAY,
+                                  jit_compile=bool(config.options.get("jit_compile", False)))
+        self.run = tf_common.TrainingRun(config, recipe)
+        return self.run.prepared({"protocol": "tf_cnn_benchmarks"})
+
+    def step(self) -> float:
+        return self.run.step()
+
+    def teardown(self) -> None:
+        del self.run
+
 
 @accelbench.hookimpl
 def register_backends(register):
-    pass
+    register(TfCnnResNet50())

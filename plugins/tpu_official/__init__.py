@@ -1,6 +1,56 @@
-"""placeholder"""
+"""tpu_official: the official TPU ResNet-50 method in bfloat16, global batch 1024.
+
+ResNet-50 v1.5, channels-last, bf16 compute with fp32 variables (Keras ``mixed_bfloat16``),
+fp32 logits for the loss, no loss scaling, Nesterov momentum 0.9 and weight decay 1e-4, several
+steps per host round-trip (``iterations_per_loop``). Runs under ``TPUStrategy`` when a TPU is
+present; elsewhere the same bf16 program runs on the local device, and the record says which.
+Model and step code are shared with tf_benchmarks (``accelbench.plugins.tf_common``).
+"""
+
+from __future__ import annotations
+
 import accelbench
+from accelbench import Backend, BackendInfo, Prepared, RunConfig
+
+VERSION = "1.0.0"
+WEIGHT_DECAY = 1e-4
+DEFAULT_STEPS_PER_LOOP = 10
+
+
+class OfficialTpuResNet50(Backend):
+    info = BackendInfo(
+        name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
+        variants=("v1.5",), precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"),
+        default_variant="v1.5", default_precision="bf16", batch_semantics="global",
+        default_batch={"cpu": 8, "gpu": 1024, "tpu": 1024}, version=VERSION,
+        description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
+        options={"steps_per_loop": f"training steps per host round-trip (default {DEFAULT_STEPS_PER_LOOP})",
+                 "tpu": "TPU name or address for TPUClusterResolver (default local)"})
+
+    def check(self, config: RunConfig) -> str | None:
+        from .. import tf_common
+
+        steps = config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP)
+        if not isinstance(steps, int) or steps < 1:
+            return f"steps_per_loop must be a positive integer, got {steps!r}"
+        return tf_common.device_problem(tf_common.import_tensorflow(config), config)
+
+    def prepare(self, config: RunConfig) -> Prepared:
+        from .. import tf_common
+
+        recipe = tf_common.Recipe(
+            weight_decay=WEIGHT_DECAY,
+            steps_per_call=config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP))
+        self.run = tf_common.TrainingRun(config, recipe)
+        return self.run.prepared({"protocol": "official TPU ResNet-50 (iterations_per_loop)"})
+
+    def step(self) -> float:
+        return self.run.step()
+
+    def teardown(self) -> None:
+        del self.run
+
 
 @accelbench.hookimpl
 def register_backends(register):
-    pass
+    register(OfficialTpuResNet50())

@@ -21,7 +21,9 @@ class Sleepy(accelbench.Backend):
     info = accelbench.BackendInfo(
         name="fixed-time", framework="none", requires=(), variants=("v1", "v1.5"),
         precisions=("fp32", "bf16"), devices=("cpu",), version="1.2.3",
-        description="busy-waits a known time per step")
+        description="busy-waits a known time per step",
+        options={"step_ms": "step time in ms", "noise": "relative stdev of the step time",
+                 "scale": "multiplies the step time"})
 
     def prepare(self, config):
         self.step_s = config.options.get("step_ms", 20) / 1000 * config.options.get("scale", 1.0)

@@ -1,0 +1,164 @@
+"""The MXNet side of mxnet_ngc; imported only inside the worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from accelbench import Prepared, RunConfig
+from accelbench.backend import training_flops
+
+# numpy >= 1.24 removed these aliases; mxnet 1.9.1 uses them at import and at run time
+REMOVED_NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "str": str,
+                         "complex": complex}
+WEIGHT_DECAY = 1e-4
+BASE_LEARNING_RATE = 0.1  # per 256 images
+
+
+def import_mxnet():
+    """Import mxnet after restoring numpy's removed aliases (only those missing)."""
+    import numpy
+
+    for name, value in REMOVED_NUMPY_ALIASES.items():
+        if not hasattr(numpy, name):
+            setattr(numpy, name, value)
+    import mxnet
+
+    return mxnet
+
+
+def device_problem(config: RunConfig) -> str | None:
+    mx = import_mxnet()
+    if config.device == "gpu":
+        found = mx.context.num_gpus()
+        if found < config.device_count:
+            return f"{config.device_count} GPU(s) requested, MXNet sees {found}"
+        if config.precision == "bf16":
+            return "MXNet 1.9 runs bf16 mixed precision on the CPU (oneDNN) only"
+    if config.device == "cpu" and config.precision == "fp16":
+        return "fp16 needs a GPU; this run is on the CPU (use bf16 or fp32)"
+    if config.options.get("kvstore", "device") not in ("device", "local"):
+        return f"unknown kvstore {config.options['kvstore']!r} (device or local)"
+    return None
+
+
+def resnet50(vision, variant: str, num_classes: int):
+    """Gluon model-zoo ResNet-50 v1; for v1.5 each downsampling block's stride moves to its 3x3."""
+    net = vision.resnet50_v1(classes=num_classes)
+    if variant == "v1.5":
+        for stage in net.features[5:8]:  # stages 2-4 downsample in their first block
+            first_1x1, first_3x3 = stage[0].body[0], stage[0].body[3]
+            first_1x1._kwargs["stride"], first_3x3._kwargs["stride"] = (1, 1), (2, 2)
+    return net
+
+
+def forward_macs(mx, net, image_size: int) -> int:
+    """Multiply-adds of one image's forward pass, counted on the network's symbol graph."""
+    import numpy as np
+
+    sym = net(mx.sym.var("data"))
+    internals = sym.get_internals()
+    arg_shapes, out_shapes, _ = internals.infer_shape(data=(1, 3, image_size, image_size))
+    outputs = dict(zip(internals.list_outputs(), out_shapes))
+    args = dict(zip(internals.list_arguments(), arg_shapes))
+    nodes = json.loads(sym.tojson())["nodes"]
+    total = 0
+    for node in nodes:
+        if node["op"] in ("Convolution", "FullyConnected"):
+            weight = args[nodes[node["inputs"][1][0]]["name"]]
+            out = outputs[node["name"] + "_output"]
+            spatial = out[2] * out[3] if node["op"] == "Convolution" else 1
+            total += spatial * int(np.prod(weight))
+    return total
+
+
+class GluonRun:
+    """Model, trainer and synthetic data per context, built once in the worker."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        self.mx = mx = import_mxnet()
+        from mxnet import gluon
+        from mxnet.gluon.model_zoo import vision
+
+        mx.random.seed(config.seed)
+        if config.precision == "bf16":
+            from mxnet.contrib import amp
+
+            amp.init(target_dtype="bfloat16")  # must precede building the network
+        maker = mx.gpu if config.device == "gpu" else mx.cpu
+        self.contexts = [maker(i) for i in range(config.device_count)]
+        net = resnet50(vision, config.variant, config.num_classes)
+        self.macs = forward_macs(mx, net, config.image_size)
+        net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self.contexts)
+        dtype = "float16" if config.precision == "fp16" else "float32"
+        if dtype == "float16":
+            net.cast("float16")
+        net.hybridize(static_alloc=True, static_shape=True)
+        self.net = net
+        self.kvstore = config.options.get("kvstore", "device")
+        lr = BASE_LEARNING_RATE * config.global_batch / 256
+        self.trainer = gluon.Trainer(net.collect_params(), "sgd",
+                                     {"learning_rate": lr, "momentum": 0.9, "wd": WEIGHT_DECAY,
+                                      "multi_precision": dtype == "float16"}, kvstore=self.kvstore)
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        self.data = [self._synthetic(ctx, dtype) for ctx in self.contexts]
+        self.settings = {"learning_rate": lr, "momentum": 0.9, "weight_decay": WEIGHT_DECAY,
+                         "dtype": dtype}
+
+    def _synthetic(self, ctx, dtype: str):
+        """NGC's synthetic iterator: uniform [-1, 1] images, random labels; made once per device."""
+        cfg, nd = self.config, self.mx.nd
+        shape = (cfg.per_device_batch, 3, cfg.image_size, cfg.image_size)
+        images = nd.random.uniform(-1, 1, shape=shape, ctx=ctx, dtype=dtype)
+        labels = nd.random.randint(0, cfg.num_classes, shape=(cfg.per_device_batch,), ctx=ctx).astype("float32")
+        return images, labels
+
+    def step(self) -> float:
+        autograd = self.mx.autograd
+        with autograd.record():
+            losses = [self.loss_fn(self.net(x).astype("float32"), y) for x, y in self.data]
+        autograd.backward(losses)
+        self.trainer.step(self.config.global_batch)
+        # MXNet returns before the work is done; wait for every pending op (the update included)
+        self.mx.nd.waitall()
+        return sum(loss.mean().asscalar() for loss in losses) / len(losses)
+
+    def prepared(self) -> Prepared:
+        mx = self.mx
+        return Prepared(
+            device_name=_device_name(self.config),
+            flops_per_image=training_flops(self.macs),
+            data_placement="device",
+            framework_version=mx.__version__,
+            settings={
+                **self.settings,
+                "contexts": [str(c) for c in self.contexts],
+                "kvstore": self.kvstore,
+                "hybridize": "static_alloc=True, static_shape=True",
+                "amp": "bfloat16" if self.config.precision == "bf16" else None,
+                "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                "mkldnn": mx.runtime.Features().is_enabled("MKLDNN"),
+                "layout": "NCHW",
+                "optimizer": "gluon.Trainer sgd (momentum)",
+            })
+
+    def replica_weights_max_difference(self) -> float:
+        """Largest absolute difference of any parameter between the first and other contexts."""
+        worst = 0.0
+        for param in self.net.collect_params().values():
+            copies = param.list_data()
+            for other in copies[1:]:
+                worst = max(worst, float((copies[0] - other).abs().max().asscalar()))
+        return worst
+
+
+def _device_name(config: RunConfig) -> str:
+    if config.device == "gpu":
+        from accelbench.environment import gpus
+
+        found = gpus()
+        return found[0]["name"] if found else "GPU"
+    from accelbench.environment import cpu_model
+
+    return cpu_model()

@@ -1,0 +1,254 @@
+"""TensorFlow code shared by the tf_benchmarks and tpu_official plugins.
+
+Imported only inside worker processes: importing this module imports nothing heavy, but every
+function here imports TensorFlow.
+
+Why Keras 2 (tf-keras) with its *legacy* SGD: measured on the 2-core Zen 4 reference machine, a
+``tf.function`` step over Keras 3's ResNet50 is ~20% slower than the same step over tf-keras, and
+the legacy optimizer applies momentum with one fused kernel per variable instead of several
+element-wise ops (6.1 vs 5.3 img/s fp32 there). See README, "TensorFlow formulation".
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from accelbench import Prepared, RunConfig
+from accelbench.backend import training_flops
+
+KERAS_PACKAGE = "tf_keras"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What differs between the TensorFlow workloads (tf_cnn_benchmarks vs official TPU)."""
+
+    weight_decay: float
+    base_learning_rate: float = 0.1  # per 256 images, scaled linearly with the global batch
+    momentum: float = 0.9
+    nesterov: bool = True
+    label_smoothing: float = 0.0
+    steps_per_call: int = 1
+    jit_compile: bool = False
+
+
+def import_tensorflow(config: RunConfig):
+    """Import TensorFlow with thread pools and logical devices set before it initialises."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")
+    tf.config.threading.set_intra_op_parallelism_threads(config.effective_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(config.inter_op_threads or 0)
+    if config.device == "cpu" and config.device_count > 1:
+        # N logical CPU devices, so the multi-device (MirroredStrategy) path runs on a CPU machine
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * config.device_count)
+    return tf
+
+
+def device_problem(tf, config: RunConfig) -> str | None:
+    """Why this config cannot run on this machine's devices, or None."""
+    if config.precision == "fp16" and config.device == "cpu":
+        return "fp16 mixed precision needs a GPU; this run is on the CPU (use bf16 or fp32)"
+    if config.device == "gpu":
+        found = len(tf.config.list_physical_devices("GPU"))
+        if found < config.device_count:
+            return f"{config.device_count} GPU(s) requested, TensorFlow sees {found}"
+    if config.device == "tpu":
+        try:
+            connect_tpu(tf, config)
+        except Exception as exc:  # noqa: BLE001 - any resolver failure means "no TPU here"
+            return f"no TPU reachable: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def connect_tpu(tf, config: RunConfig):
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.options.get("tpu", "local"))
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return resolver
+
+
+def make_strategy(tf, config: RunConfig):
+    if config.device == "tpu":
+        return tf.distribute.TPUStrategy(connect_tpu(tf, config))
+    if config.device_count == 1:
+        return tf.distribute.get_strategy()  # the default strategy: no replication overhead
+    kind = "GPU" if config.device == "gpu" else "CPU"
+    devices = [d.name for d in tf.config.list_logical_devices(kind)][:config.device_count]
+    return tf.distribute.MirroredStrategy(devices=devices)
+
+
+def resnet50(keras, variant: str, image_size: int, num_classes: int):
+    """ResNet-50 from the Keras model zoo (v1: stride in the first 1x1), or v1.5 derived from it."""
+    model = keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3),
+                                        classes=num_classes, classifier_activation=None)
+    if variant == "v1.5":
+        model = _strides_in_3x3(keras, model)
+    return model
+
+
+def _strides_in_3x3(keras, model):
+    """Move each downsampling block's stride from its 1x1 to its 3x3 convolution (ResNet v1.5)."""
+    config = model.get_config()
+    layers = {layer["config"]["name"]: layer["config"] for layer in config["layers"]}
+    for name, layer in layers.items():
+        if name.endswith("_block1_1_conv") and tuple(layer["strides"]) == (2, 2):
+            layer["strides"] = (1, 1)
+            layers[name.replace("_1_conv", "_2_conv")]["strides"] = (2, 2)
+    return keras.Model.from_config(config)
+
+
+def forward_macs(model) -> int:
+    """Multiply-adds of one image's forward pass, counted from the model's conv and dense layers."""
+    total = 0
+    for layer in model.layers:
+        kind = type(layer).__name__
+        if kind == "Conv2D":
+            _, height, width, out_channels = layer.output.shape
+            kh, kw = layer.kernel_size
+            total += height * width * out_channels * kh * kw * layer.input.shape[-1] // layer.groups
+        elif kind == "Dense":
+            total += layer.input.shape[-1] * layer.units
+    return total
+
+
+class TrainingRun:
+    """Model, optimizer, synthetic data and a compiled step, built once in the worker."""
+
+    def __init__(self, config: RunConfig, recipe: Recipe):
+        self.config, self.recipe = config, recipe
+        self.tf = tf = import_tensorflow(config)
+        import tf_keras as keras
+
+        self.policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[config.precision]
+        keras.mixed_precision.set_global_policy(self.policy)
+        tf.random.set_seed(config.seed)
+        self.strategy = make_strategy(tf, config)
+        with self.strategy.scope():
+            self.model = resnet50(keras, config.variant, config.image_size, config.num_classes)
+            self.optimizer = self._optimizer(keras)
+            # create the optimizer's slots now, under the strategy, not lazily in the first step
+            self.optimizer._create_all_weights(self.model.trainable_variables)
+        # weight decay on conv and dense kernels only, not batch-norm parameters or biases
+        self.decayed = [v for v in self.model.trainable_variables if "kernel" in v.name]
+        self.images, self.labels = self._synthetic_data()
+        self._train = self._compile()
+
+    def _optimizer(self, keras):
+        lr = self.recipe.base_learning_rate * self.config.global_batch / 256
+        sgd = keras.optimizers.legacy.SGD(lr, momentum=self.recipe.momentum, nesterov=self.recipe.nesterov)
+        return keras.mixed_precision.LossScaleOptimizer(sgd) if self.policy == "mixed_float16" else sgd
+
+    def _synthetic_data(self):
+        """tf_cnn_benchmarks-style synthetic data, made once on each device and reused every step."""
+        tf, cfg = self.tf, self.config
+        shape = (cfg.per_device_batch, cfg.image_size, cfg.image_size, 3)
+
+        def images(_ctx):
+            return tf.random.truncated_normal(shape, mean=127.0, stddev=60.0, seed=cfg.seed)
+
+        def labels(_ctx):
+            return tf.random.uniform((cfg.per_device_batch,), 0, cfg.num_classes, tf.int32, seed=cfg.seed)
+
+        distribute = self.strategy.experimental_distribute_values_from_function
+        return distribute(images), distribute(labels)
+
+    def _replica_step(self, images, labels):
+        tf, cfg = self.tf, self.config
+        with tf.GradientTape() as tape:
+            logits = tf.cast(self.model(images, training=True), tf.float32)  # fp32 loss, as both references
+            loss = tf.reduce_sum(self._cross_entropy(labels, logits)) / cfg.global_batch
+            loss += self.recipe.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in self.decayed]) \
+                / self.strategy.num_replicas_in_sync
+            scaled = self.optimizer.get_scaled_loss(loss) if self.policy == "mixed_float16" else loss
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        if self.policy == "mixed_float16":
+            grads = self.optimizer.get_unscaled_gradients(grads)
+        applied = self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        # the returned loss waits for the update, so fetching it syncs the whole step
+        with tf.control_dependencies([applied]):
+            return tf.identity(loss) * self.strategy.num_replicas_in_sync
+
+    def _cross_entropy(self, labels, logits):
+        tf, smoothing = self.tf, self.recipe.label_smoothing
+        if not smoothing:
+            return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        targets = tf.one_hot(labels, self.config.num_classes) * (1 - smoothing) + smoothing / self.config.num_classes
+        return tf.nn.softmax_cross_entropy_with_logits(targets, logits)
+
+    def _compile(self):
+        tf, steps = self.tf, self.recipe.steps_per_call
+
+        def one_step():
+            per_replica = self.strategy.run(self._replica_step, args=(self.images, self.labels))
+            return self.strategy.reduce("MEAN", per_replica, axis=None)
+
+        @tf.function(jit_compile=self.recipe.jit_compile)
+        def train():
+            loss = one_step()
+            for _ in tf.range(steps - 1):  # several steps per host round-trip (iterations_per_loop)
+                loss = one_step()
+            return loss
+
+        return train
+
+    def step(self) -> float:
+        return float(self._train().numpy())
+
+    def _devices(self) -> list[str]:
+        if self.strategy is self.tf.distribute.get_strategy():  # the default strategy has no list
+            return [f"/{self.config.device.upper()}:0"]
+        return list(self.strategy.extended.worker_devices)
+
+    def prepared(self, settings: dict[str, Any]) -> Prepared:
+        tf = self.tf
+        devices = self._devices()
+        return Prepared(
+            device_name=_device_name(tf, self.config, devices),
+            flops_per_image=training_flops(forward_macs(self.model)),
+            steps_per_call=self.recipe.steps_per_call,
+            data_placement="device",
+            framework_version=tf.__version__,
+            settings={
+                "keras": f"tf-keras {_version(KERAS_PACKAGE)} (Keras 2)",
+                "optimizer": "legacy SGD" + (" + loss scaling" if self.policy == "mixed_float16" else ""),
+                "learning_rate": float(self.optimizer.learning_rate.numpy()) if hasattr(
+                    self.optimizer.learning_rate, "numpy") else self.optimizer.learning_rate,
+                "momentum": self.recipe.momentum, "nesterov": self.recipe.nesterov,
+                "weight_decay": self.recipe.weight_decay, "label_smoothing": self.recipe.label_smoothing,
+                "mixed_precision_policy": self.policy,
+                "variable_dtype": self.model.trainable_variables[0].dtype.name,
+                "compute_dtype": next(layer.compute_dtype for layer in self.model.layers
+                                      if type(layer).__name__ == "Conv2D"),
+                "jit_compile": self.recipe.jit_compile,
+                "steps_per_call": self.recipe.steps_per_call,
+                "strategy": type(self.strategy).__name__, "replicas": self.strategy.num_replicas_in_sync,
+                "devices": list(devices),
+                "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+                "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+                "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on for x86 Linux)"),
+                "data_format": "channels_last",
+                **settings,
+            })
+
+
+def _device_name(tf, config: RunConfig, devices) -> str:
+    if config.device == "gpu":
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        return details.get("device_name", "GPU")
+    if config.device == "tpu":
+        return tf.config.list_logical_devices("TPU")[0].device_type if devices else "TPU"
+    from accelbench.environment import cpu_model
+
+    return cpu_model()
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package.replace("_", "-"))
