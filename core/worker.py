@@ -23,6 +23,7 @@ from .backend import Backend
 from .config import RunConfig
 from .timing import run_timed
 
+FRAMEWORK_MODULES = ("tensorflow", "mxnet", "torch", "jax")
 #: exception type names that mean the device or host ran out of memory
 OOM_ERRORS = ("MemoryError", "ResourceExhaustedError", "OutOfMemoryError")
 
@@ -75,6 +76,8 @@ class _Session:
         if command == "prepare":
             prepared = self.backend.prepare(self.config)
             self.steps_per_call = prepared.steps_per_call
+            # evidence that each framework lives only in its own worker
+            prepared.settings["frameworks_loaded"] = sorted(m for m in FRAMEWORK_MODULES if m in sys.modules)
             return asdict(prepared)
         if command == "run":
             warmup_steps, timed_steps = args

@@ -159,20 +159,21 @@ class TrainingRun:
         return distribute(images), distribute(labels)
 
     def _replica_step(self, images, labels):
+        """One replica's step; returns its share of the cross-entropy (the reported loss)."""
         tf, cfg = self.tf, self.config
         with tf.GradientTape() as tape:
             logits = tf.cast(self.model(images, training=True), tf.float32)  # fp32 loss, as both references
-            loss = tf.reduce_sum(self._cross_entropy(labels, logits)) / cfg.global_batch
-            loss += self.recipe.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in self.decayed]) \
+            data_loss = tf.reduce_sum(self._cross_entropy(labels, logits)) / cfg.global_batch
+            loss = data_loss + self.recipe.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in self.decayed]) \
                 / self.strategy.num_replicas_in_sync
             scaled = self.optimizer.get_scaled_loss(loss) if self.policy == "mixed_float16" else loss
         grads = tape.gradient(scaled, self.model.trainable_variables)
         if self.policy == "mixed_float16":
             grads = self.optimizer.get_unscaled_gradients(grads)
         applied = self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        # the returned loss waits for the update, so fetching it syncs the whole step
+        # the returned value waits for the update, so fetching it syncs the whole step
         with tf.control_dependencies([applied]):
-            return tf.identity(loss) * self.strategy.num_replicas_in_sync
+            return tf.identity(data_loss)
 
     def _cross_entropy(self, labels, logits):
         tf, smoothing = self.tf, self.recipe.label_smoothing
@@ -186,7 +187,7 @@ class TrainingRun:
 
         def one_step():
             per_replica = self.strategy.run(self._replica_step, args=(self.images, self.labels))
-            return self.strategy.reduce("MEAN", per_replica, axis=None)
+            return self.strategy.reduce("SUM", per_replica, axis=None)
 
         @tf.function(jit_compile=self.recipe.jit_compile)
         def train():

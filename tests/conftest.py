@@ -36,3 +36,21 @@ def accelbench_cli(testplugins_path, tmp_path):
 
 def load_records(path: Path) -> list[dict]:
     return json.loads(Path(path).read_text())["records"]
+
+
+def run_backend(plugin: str, **config) -> dict:
+    """Run one built-in backend through the host (worker process, timing loop) and return its
+    schema-checked record. Small shapes by default, so tests take seconds."""
+    from accelbench import records, runner
+    from accelbench.config import RunConfig
+    from accelbench.registry import PluginHost
+
+    defaults = dict(image_size=32, num_classes=10, global_batch=8, warmup_steps=1, timed_steps=5)
+    refs = PluginHost().select([plugin])
+    [record] = runner.execute(runner.plan(refs, RunConfig(**{**defaults, **config})), records.check)
+    return record
+
+
+def loss_falls(losses: list[float], window: int = 5, factor: float = 0.7) -> bool:
+    first, last = losses[:window], losses[-window:]
+    return sum(last) / window < factor * sum(first) / window

@@ -144,9 +144,14 @@ class GluonRun:
             })
 
     def replica_weights_max_difference(self) -> float:
-        """Largest absolute difference of any parameter between the first and other contexts."""
+        """Largest absolute difference of any trained weight between the first and other contexts.
+
+        Batch-norm running statistics are left out: each context keeps its own (as in NGC's runs).
+        """
         worst = 0.0
         for param in self.net.collect_params().values():
+            if param.grad_req == "null":
+                continue
             copies = param.list_data()
             for other in copies[1:]:
                 worst = max(worst, float((copies[0] - other).abs().max().asscalar()))

@@ -1,0 +1,76 @@
+"""mxnet_ngc through the host, with tiny shapes on the CPU."""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from conftest import loss_falls, run_backend
+
+# not importorskip: importing mxnet here would need numpy's removed aliases in the test process
+if importlib.util.find_spec("mxnet") is None:
+    pytest.skip("MXNet not installed (pip install accelbench[mxnet])", allow_module_level=True)
+pytestmark = pytest.mark.mxnet
+
+
+def test_mxnet_trains_and_records_fp32():
+    record = run_backend("mxnet_ngc", timed_steps=20, warmup_steps=0)
+    assert record["status"] == "ok", record["reason"]
+    assert record["precision"] == "fp32" and record["model"]["variant"] == "v1"
+    assert record["batch"]["semantics"] == "global"
+    assert record["settings"]["omp_num_threads"] == str(record["config"]["threads"])
+    assert record["settings"]["frameworks_loaded"] == ["mxnet"]
+    assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+
+
+def test_mxnet_default_batch_is_the_study_global_768_on_gpu():
+    from accelbench.config import resolve
+    from accelbench.plugins.mxnet_ngc import NgcResNet50
+
+    config = resolve(__import__("accelbench").RunConfig(), NgcResNet50.info, "gpu", 4)
+    assert (config.global_batch, config.per_device_batch) == (768, 192)
+
+
+def test_mxnet_splits_the_global_batch_over_two_contexts():
+    record = run_backend("mxnet_ngc", device="cpu", device_count=2, global_batch=8)
+    assert record["status"] == "ok", record["reason"]
+    assert record["batch"]["per_device"] == 4
+    assert record["settings"]["contexts"] == ["cpu(0)", "cpu(1)"]
+
+
+def test_mxnet_replicas_keep_identical_weights():
+    code = ("from accelbench import RunConfig\n"
+            "from accelbench.plugins.mxnet_ngc.training import GluonRun\n"
+            "cfg = RunConfig(image_size=32, num_classes=10, global_batch=8, per_device_batch=4,\n"
+            "                device='cpu', device_count=2, precision='fp32', variant='v1')\n"
+            "run = GluonRun(cfg)\n"
+            "losses = [run.step() for _ in range(3)]\n"
+            "print(run.replica_weights_max_difference())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(out.stdout.split()[-1]) == 0.0
+
+
+def test_mxnet_bf16_runs_through_amp():
+    record = run_backend("mxnet_ngc", precision="bf16")
+    assert record["status"] == "ok", record["reason"]
+    assert record["precision"] == "bf16" and record["settings"]["amp"] == "bfloat16"
+
+
+def test_mxnet_fp16_on_cpu_is_unavailable():
+    record = run_backend("mxnet_ngc", precision="fp16")
+    assert record["status"] == "unavailable" and "fp16 needs a GPU" in record["reason"]
+
+
+def test_mxnet_v15_moves_the_stride_and_costs_more_flops():
+    v1 = run_backend("mxnet_ngc", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0, timed_steps=1)
+    v15 = run_backend("mxnet_ngc", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0,
+                      timed_steps=1, variant="v1.5")
+    assert v1["flops"]["per_image"] == pytest.approx(6 * 3.858e9, rel=0.002)
+    assert v15["flops"]["per_image"] == pytest.approx(6 * 4.089e9, rel=0.002)
+
+
+def test_tensorflow_and_mxnet_share_one_environment():
+    out = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+    assert "tensorflow" not in sys.modules and "mxnet" not in sys.modules  # only ever in workers

@@ -1,0 +1,102 @@
+"""tf_benchmarks and tpu_official through the host, with tiny shapes on the CPU."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import loss_falls, run_backend
+
+pytest.importorskip("tensorflow", reason="TensorFlow not installed (pip install accelbench[tf])")
+pytestmark = pytest.mark.tf
+
+# forward multiply-adds of one 224x224 image, conv + dense layers (ResNet-50 v1 / v1.5)
+RESNET50_V1_MACS = 3.858e9
+RESNET50_V15_MACS = 4.089e9
+
+
+def test_tf_benchmarks_trains_and_records_fp32():
+    record = run_backend("tf_benchmarks", timed_steps=30, warmup_steps=0)
+    assert record["status"] == "ok", record["reason"]
+    assert record["precision"] == "fp32" and record["model"]["variant"] == "v1"
+    assert record["settings"]["variable_dtype"] == "float32"
+    assert record["settings"]["compute_dtype"] == "float32"
+    assert record["settings"]["frameworks_loaded"] == ["tensorflow"]
+    assert record["framework"]["name"] == "tensorflow" and record["framework"]["version"].startswith("2.")
+    assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+
+
+def test_tf_benchmarks_mirrored_over_two_logical_cpus():
+    record = run_backend("tf_benchmarks", device="cpu", device_count=2, per_device_batch=4)
+    assert record["status"] == "ok", record["reason"]
+    assert record["batch"]["global"] == 8 == 2 * record["batch"]["per_device"]
+    assert record["settings"]["strategy"] == "MirroredStrategy"
+    assert record["settings"]["replicas"] == 2 and len(record["settings"]["devices"]) == 2
+    assert record["throughput"]["images"] == 8 * 5
+
+
+def test_tf_benchmarks_bf16_records_bf16():
+    record = run_backend("tf_benchmarks", precision="bf16")
+    assert record["status"] == "ok", record["reason"]
+    assert record["precision"] == "bf16"
+    assert record["settings"]["compute_dtype"] == "bfloat16"
+    assert record["settings"]["variable_dtype"] == "float32"
+
+
+def test_fp16_on_cpu_is_unavailable_not_a_crash():
+    record = run_backend("tf_benchmarks", precision="fp16")
+    assert record["status"] == "unavailable"
+    assert "fp16 mixed precision needs a GPU" in record["reason"]
+
+
+def test_flops_counted_from_the_model_v1_and_v15():
+    v1 = run_backend("tf_benchmarks", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0, timed_steps=1)
+    v15 = run_backend("tf_benchmarks", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0,
+                      timed_steps=1, variant="v1.5")
+    assert v1["flops"]["per_image"] == pytest.approx(6 * RESNET50_V1_MACS, rel=0.002)
+    assert v15["flops"]["per_image"] == pytest.approx(6 * RESNET50_V15_MACS, rel=0.002)
+    assert v1["flops"]["achieved_per_s"] == pytest.approx(
+        v1["flops"]["per_image"] * v1["throughput"]["images_per_sec"])
+
+
+def test_v15_moves_the_stride_into_the_3x3():
+    code = ("import tf_keras as k\n"
+            "from accelbench.plugins.tf_common import resnet50\n"
+            "m = resnet50(k, 'v1.5', 224, 1000)\n"
+            "s = {l.name: l.strides for l in m.layers if l.name.startswith('conv3_block1_') and hasattr(l, 'strides')}\n"
+            "print(s['conv3_block1_1_conv'], s['conv3_block1_2_conv'], s['conv3_block1_0_conv'], m.output_shape)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == "(1, 1) (2, 2) (2, 2) (None, 1000)"
+
+
+def test_tpu_official_bf16_v15_with_fp32_variables():
+    record = run_backend("tpu_official", options={"steps_per_loop": 2}, timed_steps=4, warmup_steps=2)
+    assert record["status"] == "ok", record["reason"]
+    assert record["precision"] == "bf16" and record["model"]["variant"] == "v1.5"
+    assert record["device"]["kind"] == "cpu"
+    assert record["settings"]["variable_dtype"] == "float32"
+    assert record["settings"]["compute_dtype"] == "bfloat16"
+    assert record["settings"]["mixed_precision_policy"] == "mixed_bfloat16"
+    assert record["batch"]["semantics"] == "global"
+
+
+def test_tpu_official_loss_falls():
+    record = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=30, warmup_steps=0)
+    assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+
+
+def test_steps_per_loop_accounting_matches_one_step_per_call():
+    one = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=12, warmup_steps=4)
+    four = run_backend("tpu_official", options={"steps_per_loop": 4}, timed_steps=12, warmup_steps=4)
+    assert four["steps"] == {"warmup": 4, "timed": 12, "steps_per_sample": 4}
+    assert len(four["trials"][0]["step_times_s"]) == 3  # 12 steps in 3 host round-trips
+    assert four["throughput"]["images"] == one["throughput"]["images"] == 12 * 8
+    ratio = four["throughput"]["images_per_sec"] / one["throughput"]["images_per_sec"]
+    assert 0.75 < ratio < 1.6, ratio  # same work; a per-call accounting slip would be 4x off
+
+
+def test_tpu_requested_without_tpu_is_unavailable():
+    record = run_backend("tpu_official", device="tpu")
+    assert record["status"] == "unavailable"
+    assert record["reason"].startswith("no TPU reachable")
+    assert record["device"]["kind"] == "tpu" and record["throughput"] is None
