@@ -54,6 +54,9 @@ class BackendInfo:
     description: str = ""
     #: backend-specific ``config.options`` keys this backend understands, with their meaning
     options: dict[str, str] = field(default_factory=dict)
+    #: the framework's own multi-worker engine this backend runs on, if any (``accelbench.launch``):
+    #: "tf_config" (TF MultiWorkerMirroredStrategy) or "dmlc_ps" (MXNet dist_sync kvstore)
+    distributed: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,5 +97,11 @@ class Backend:
         """Run one synced training step; return the loss (a host float) when there is one."""
         raise NotImplementedError
 
-    def teardown(self) -> None:
-        """Release resources; called once after the last step."""
+    def teardown(self) -> dict[str, Any] | None:
+        """Release resources; called once after the last step. May return final facts about the
+        run (e.g. ``{"weights_checksum": ...}``, compared across workers of a multi-worker run)."""
+
+    def serve(self, config: "RunConfig") -> None:
+        """Run a non-worker role of the distributed engine (e.g. an MXNet ps-lite scheduler or
+        server), as set by the launch layer's environment; returns when the job is over."""
+        raise NotImplementedError(f"{self.info.name} has no distributed service role")

@@ -19,8 +19,49 @@ RUN_FLAGS = {
     "precision": "precision", "image_size": "image_size", "num_classes": "num_classes", "warmup_steps": "warmup_steps",
     "timed_steps": "timed_steps", "trials": "trials", "threads": "threads",
     "inter_op_threads": "inter_op_threads", "seed": "seed", "timeout": "timeout_s",
-    "memory_limit_mb": "memory_limit_mb",
+    "memory_limit_mb": "memory_limit_mb", "workers": "workers", "scaling_baseline": "scaling_baseline",
 }
+
+
+def price_options(command):
+    """Pricing flags shared by run and report."""
+    for option in reversed([
+        click.option("--prices", type=click.Path(dir_okay=False), help="Price catalogue JSON adding to/overriding the shipped 2018 one."),
+        click.option("--price", help="Price every run at this catalogue entry (e.g. p3.8xlarge)."),
+        click.option("--price-per-hour", type=float, help="Price every run at this hourly price (your own hardware)."),
+        click.option("--epochs", type=int, default=90, show_default=True, help="Epochs for the cost-to-train figure."),
+    ]):
+        command = option(command)
+    return command
+
+
+def config_options(command):
+    """Run-config flags shared by run and worker (each overrides the config file)."""
+    for option in reversed([
+        click.option("--plugin", "plugin_names", multiple=True, help="Run this plugin's backends (repeatable)."),
+        click.option("--backend", "backend_names", multiple=True, help="Run this backend, by name or plugin:name."),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON or TOML run config."),
+        click.option("--variant", type=click.Choice(["v1", "v1.5"]), help="ResNet-50 variant."),
+        click.option("--global-batch", type=int, help="Global batch (split over the devices)."),
+        click.option("--per-device-batch", type=int, help="Per-device batch (tf_cnn_benchmarks' --batch_size)."),
+        click.option("--batch-sizes", help="Sweep of global batch sizes, e.g. 8,16,32."),
+        click.option("--device", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), help="Device kind."),
+        click.option("--device-count", type=int, help="Devices to use (default: all of the kind)."),
+        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision."),
+        click.option("--image-size", type=int, help="Square image side (default 224)."),
+        click.option("--num-classes", type=int, help="Classes of the synthetic labels (default 1000)."),
+        click.option("--warmup-steps", type=int, help="Untimed steps first (default 10)."),
+        click.option("--timed-steps", type=int, help="Timed steps (default 100)."),
+        click.option("--trials", type=int, help="Independent worker processes per run (default 1)."),
+        click.option("--threads", type=int, help="Compute threads (default: all cores)."),
+        click.option("--inter-op-threads", type=int, help="Inter-op threads where the framework has them."),
+        click.option("--seed", type=int, help="Random seed."),
+        click.option("--timeout", type=float, help="Seconds before a run's worker is stopped."),
+        click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process."),
+        click.option("--option", "options", multiple=True, help="Backend option KEY=VALUE (repeatable)."),
+    ]):
+        command = option(command)
+    return command
 
 
 @click.group()
@@ -48,40 +89,28 @@ def plugins() -> None:
 
 
 @cli.command()
-@click.option("--plugin", "plugin_names", multiple=True, help="Run this plugin's backends (repeatable).")
-@click.option("--backend", "backend_names", multiple=True, help="Run this backend, by name or plugin:name.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON or TOML run config.")
-@click.option("--variant", type=click.Choice(["v1", "v1.5"]), help="ResNet-50 variant.")
-@click.option("--global-batch", type=int, help="Global batch (split over the devices).")
-@click.option("--per-device-batch", type=int, help="Per-device batch (tf_cnn_benchmarks' --batch_size).")
-@click.option("--batch-sizes", help="Sweep of global batch sizes, e.g. 8,16,32.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), help="Device kind.")
-@click.option("--device-count", type=int, help="Devices to use (default: all of the kind).")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision.")
-@click.option("--image-size", type=int, help="Square image side (default 224).")
-@click.option("--num-classes", type=int, help="Classes of the synthetic labels (default 1000).")
-@click.option("--warmup-steps", type=int, help="Untimed steps first (default 10).")
-@click.option("--timed-steps", type=int, help="Timed steps (default 100).")
-@click.option("--trials", type=int, help="Independent worker processes per run (default 1).")
-@click.option("--threads", type=int, help="Compute threads (default: all cores).")
-@click.option("--inter-op-threads", type=int, help="Inter-op threads where the framework has them.")
-@click.option("--seed", type=int, help="Random seed.")
-@click.option("--timeout", type=float, help="Seconds before a run's worker is stopped.")
-@click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process.")
-@click.option("--option", "options", multiple=True, help="Backend option KEY=VALUE (repeatable).")
+@config_options
+@click.option("--workers", type=int, help="Worker processes of a multi-worker run, all on this machine (loopback).")
+@click.option("--scaling-baseline/--no-scaling-baseline", default=None,
+              help="With --workers > 1, also run 1 worker for scaling efficiency (default on).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
-def run(plugin_names, backend_names, config_file, options, output, **flags) -> None:
+@price_options
+def run(plugin_names, backend_names, config_file, options, output, prices, price, price_per_hour, epochs,
+        **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
-    from . import records, runner
-    from .report import ResultsTable, RunProgress
+    from . import cost, records, runner
+    from .console import ResultsTable, RunProgress
 
     config = _run_config(config_file, flags, options)
     refs = _selected(plugin_names, backend_names)
     plans = runner.plan(refs, config)
+    catalogue = cost.load_catalogue(prices)
+    explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
     done: list[dict[str, Any]] = []
 
     def keep(record: dict[str, Any]) -> None:
+        record["cost"] = cost.cost_block(record, cost.choose_price(record, catalogue, explicit), epochs)
         done.append(record)
         records.write_results(path, done)  # rewritten after each run: an interruption keeps them
 
@@ -98,6 +127,47 @@ def run(plugin_names, backend_names, config_file, options, output, **flags) -> N
     click.echo(f"results: {path}")
     if any(r["status"] in ("failed", "timeout") for r in done):
         sys.exit(1)
+
+
+@cli.command()
+@config_options
+@click.option("--rank", type=int, required=True, help="This worker's rank, 0..workers-1.")
+@click.option("--workers", type=int, required=True, help="Workers in the job (one per host).")
+@click.option("--coordinator", required=True, help="HOST:PORT of MXNet's scheduler (started by rank 0).")
+@click.option("--peers", help="TensorFlow: every worker's HOST:PORT, comma-separated, in rank order.")
+@click.option("--host", "node_host", help="MXNet: this host's address as the other hosts reach it.")
+@click.option("--servers", type=int, default=1, show_default=True, help="MXNet: ps-lite servers (rank 0 starts them).")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
+def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_names, config_file, options, output,
+           **flags) -> None:
+    """Run one rank of a multi-host job; a cluster scheduler starts one per host (see README)."""
+    from . import launch, records, runner
+
+    config = _run_config(config_file, {**flags, "scaling_baseline": False}, options)
+    refs = _selected(plugin_names, backend_names)
+    if len(refs) != 1:
+        raise UsageError(f"a worker runs exactly one backend; selected {len(refs)}")
+    [item] = runner.plan(refs, config)
+    if item.precheck:
+        raise UsageError(item.precheck.reason)
+    engine = refs[0].backend.describe().distributed
+    plan = launch.plan_rank(engine, rank, config.workers, coordinator, peers, node_host, servers)
+    record = runner.run_rank(refs[0], item.config, plan, rank)
+    records.write_results(Path(output), [record])
+    click.echo(f"rank {rank}: {record['status']} {record['reason']}".strip())
+    sys.exit(0 if record["status"] == "ok" else 1)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Merged results file.")
+def merge(files: tuple[str, ...], output: str) -> None:
+    """Merge the per-rank results files of one multi-host job into one record."""
+    from . import records
+
+    merged = records.merge_ranks([r for name in files for r in records.read_results(name)])
+    records.write_results(Path(output), [merged])
+    click.echo(f"merged {merged['distributed']['workers']} workers: {merged['status']} -> {output}")
 
 
 @cli.command()
@@ -118,6 +188,45 @@ def validate(files: tuple[str, ...]) -> None:
         for problem in problems:
             click.echo(f"{name}: {problem}")
     sys.exit(1 if bad else 0)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--tolerance", help="Equivalence bound, e.g. 3%: verdict within / outside / undecided.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def compare(files: tuple[str, ...], tolerance: str | None, as_json: bool) -> None:
+    """Pair runs by config and report throughput ratios with 95% intervals.
+
+    Exit code: 0 all within (or no tolerance given), 1 some outside, 3 some undecided.
+    """
+    from . import compare as comparing
+
+    bound = comparing.parse_tolerance(tolerance) if tolerance else None
+    results = comparing.compare(comparing.load_runs(list(files)), bound)
+    if as_json:
+        click.echo(comparing.to_json(results, bound))
+    else:
+        from .console import ComparisonTable
+
+        ComparisonTable(results, bound).print()
+    sys.exit(comparing.exit_code(results))
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for index.html and its PNGs.")
+@click.option("--reference/--no-reference", default=True, help="Overlay the 2018 study's published figures.")
+@price_options
+def report(files: tuple[str, ...], out_dir: str, reference: bool, prices, price, price_per_hour, epochs) -> None:
+    """Write an HTML study report (throughput vs batch, images per dollar, every run) from results files."""
+    from . import cost, records
+    from . import report as reporting
+
+    loaded = [r for name in files for r in records.read_results(name)]
+    catalogue = cost.load_catalogue(prices)
+    explicit = cost.explicit_price(price, price_per_hour, catalogue)
+    page = reporting.write(loaded, out_dir, catalogue, explicit, epochs, include_reference=reference)
+    click.echo(f"report: {page}")
 
 
 def _load_json(name: str) -> Any:

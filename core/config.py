@@ -30,6 +30,10 @@ class RunConfig:
     batch_sizes: tuple[int, ...] | None = None
     device: str = "auto"
     device_count: int | None = None
+    #: worker processes of a multi-worker data-parallel run (each with ``device_count`` devices)
+    workers: int = 1
+    #: with workers > 1, first run one worker of the same per-worker batch (scaling efficiency)
+    scaling_baseline: bool = True
     precision: str | None = None
     image_size: int = 224
     num_classes: int = 1000
@@ -69,8 +73,14 @@ class RunConfig:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     @property
+    def replicas(self) -> int:
+        """Devices across all workers: the global batch is split over these."""
+        return (self.device_count or 1) * self.workers
+
+    @property
     def effective_threads(self) -> int:
-        return self.threads or os.cpu_count() or 1
+        """Threads per worker: as given, else this machine's cores shared by the local workers."""
+        return self.threads or max(1, (os.cpu_count() or 1) // self.workers)
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -96,12 +106,17 @@ def expand_sweep(config: RunConfig) -> list[RunConfig]:
             for b in config.batch_sizes]
 
 
+def single_worker_baseline(resolved: RunConfig) -> RunConfig:
+    """The 1-worker run of a resolved multi-worker config's per-worker batch."""
+    return resolved.replace(workers=1, global_batch=resolved.per_device_batch * resolved.device_count)
+
+
 def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int) -> RunConfig:
     """Fill every backend-dependent default and derive the missing batch size.
 
     Raises UsageError for a batch that cannot be split evenly over the devices.
     """
-    global_batch, per_device, source = _resolve_batch(config, info, device, device_count)
+    global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
     return config.replace(
         variant=config.variant or info.default_variant,
         precision=config.precision or info.default_precision,

@@ -22,9 +22,9 @@ hookimpl = pluggy.HookimplMarker("accelbench")
 def register_backends(register: Callable[["Backend"], None]) -> None:
     """Register the backends this plugin provides.
 
-    Called once in the host, right after plugins are loaded, and again inside each worker process
-    that runs one of the plugin's backends. Call ``register(backend)`` once per backend (a plugin
-    may provide several, e.g. one per model variant). Must not import the plugin's framework: a
-    backend describes itself without it. The return value is ignored.
+    Called in the host each time the backends are listed, after plugins are loaded. Call
+    ``register(backend)`` once per backend (a plugin may provide several, e.g. one per model
+    variant). Must not import the plugin's framework: a backend describes itself without it, and
+    travels to its worker process pickled. The return value is ignored.
     """
 

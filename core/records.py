@@ -29,6 +29,8 @@ class TrialOutcome:
     reason: str = ""
     timing: dict[str, Any] | None = None
     prepared: dict[str, Any] | None = None
+    #: what ``teardown`` returned (e.g. a weights checksum)
+    final: dict[str, Any] | None = None
 
 
 @dataclass
@@ -37,6 +39,8 @@ class RunContext:
     config: RunConfig  # resolved
     environment: dict[str, Any]
     outcomes: list[TrialOutcome] = field(default_factory=list)
+    #: the ``distributed`` block of a multi-worker run
+    distributed: dict[str, Any] | None = None
 
 
 def utc_now() -> str:
@@ -77,8 +81,10 @@ def build(ctx: RunContext) -> dict[str, Any]:
         "environment": ctx.environment,
         "warnings": [],
     }
+    if ctx.distributed:
+        record["distributed"] = ctx.distributed
     if status == "ok":
-        _add_statistics(record, ctx.outcomes, cfg)
+        _add_statistics(record, cfg)
     if prepared.get("flops_per_image"):
         ips = record["throughput"]["images_per_sec"] if record["throughput"] else None
         record["flops"] = {"per_image": prepared["flops_per_image"],
@@ -112,7 +118,7 @@ def _trial(index: int, outcome: TrialOutcome, global_batch: int) -> dict[str, An
             "step_times_s": timing["step_times"], "losses": timing["losses"]}
 
 
-def _add_statistics(record: dict[str, Any], outcomes: list[TrialOutcome], cfg: RunConfig) -> None:
+def _add_statistics(record: dict[str, Any], cfg: RunConfig) -> None:
     trials = record["trials"]
     images = sum(t["images"] for t in trials)
     wall = sum(t["wall_time_s"] for t in trials)
@@ -153,6 +159,7 @@ def write_results(path: Path, records: list[dict[str, Any]]) -> None:
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from other users
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -170,3 +177,38 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
         raise UsageError(f"{path}: not JSON ({exc})") from None
     validation.validate_or_raise("results", document, what=f"results file {path}")
     return document["records"]
+
+
+def merge_ranks(rank_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from the per-rank records of a multi-host job (``accelbench merge``).
+
+    Global images/sec = all workers' images / the slowest worker's wall time; every worker's
+    figures stay in ``distributed.per_worker``.
+    """
+    import copy
+
+    if not rank_records or any("distributed" not in r for r in rank_records):
+        raise UsageError("merge needs the per-rank records written by `accelbench worker`")
+    if len({r["config_hash"] for r in rank_records}) != 1:
+        raise UsageError("these records come from different run configs")
+    rows = sorted((row for r in rank_records for row in r["distributed"]["per_worker"]), key=lambda row: row["rank"])
+    workers = rank_records[0]["distributed"]["workers"]
+    if [row["rank"] for row in rows] != list(range(workers)):
+        raise UsageError(f"need exactly one record per rank 0..{workers - 1}, got ranks {[row['rank'] for row in rows]}")
+    merged = copy.deepcopy(next(r for r in rank_records if r["distributed"]["per_worker"][0]["rank"] == 0))
+    merged["distributed"]["per_worker"] = rows
+    failed = next((r for r in rank_records if r["status"] != "ok"), None)
+    merged["timestamp_utc"] = utc_now()
+    merged["throughput"] = merged["step_time"] = None
+    merged["warnings"] = []
+    if failed:
+        merged["status"], merged["reason"] = failed["status"], f"rank {failed['distributed']['per_worker'][0]['rank']}: {failed['reason']}"
+        return merged
+    slowest = max(rows, key=lambda row: row["wall_time_s"])
+    images = sum(row["images"] for row in rows)
+    merged["trials"] = [{**merged["trials"][0], "images": images, "wall_time_s": slowest["wall_time_s"],
+                         "images_per_sec": images / slowest["wall_time_s"], "step_times_s": slowest["step_times_s"]}]
+    _add_statistics(merged, RunConfig(**merged["config"]))
+    if merged["flops"]:
+        merged["flops"]["achieved_per_s"] = merged["throughput"]["images_per_sec"] * merged["flops"]["per_image"]
+    return merged

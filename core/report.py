@@ -1,75 +1,196 @@
-"""Terminal output: live progress while runs go, and the results table after."""
+"""The study report: a self-contained HTML page with matplotlib figures (PNG files beside it).
+
+Figures: images/sec against global batch size per backend and device (the 2018 study's main
+figure), and images per dollar; a table of every run with its statistics and cost; optionally the
+2018 study's published figures as a labelled reference series.
+"""
 
 from __future__ import annotations
 
-import sys
+import copy
+import html
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from . import cost
 
-COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
-           "95% CI", "step median", "CV", "GFLOP/s")
-NUMERIC_COLUMNS = set(COLUMNS[5:])
-STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable": "yellow", "skipped": "yellow"}
+SWEEP_PNG = "throughput_vs_batch.png"
+DOLLARS_PNG = "images_per_dollar.png"
 
 
-class RunProgress:
-    """One bar for the whole run and one line for the step loop in progress (on stderr)."""
-
-    def __init__(self, total_trials: int):
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-        self._overall = self._progress.add_task("runs", total=total_trials)
-        self._steps = self._progress.add_task("", total=None, visible=False)
-
-    def __enter__(self) -> "RunProgress":
-        self._progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._progress.__exit__(*exc)
-
-    def update(self, backend_id: str, trial: int, phase: str, done: int, total: int) -> None:
-        self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
-                              completed=done, total=total, visible=True)
-
-    def finished_run(self) -> None:
-        self._progress.advance(self._overall)
+def study_reference() -> dict[str, Any]:
+    return json.loads(resources.files("accelbench").joinpath("data/study_2018.json").read_text())
 
 
-class ResultsTable:
-    def __init__(self, records: list[dict[str, Any]]):
-        self.records = records
+def run_label(record: dict[str, Any]) -> str:
+    d = record["device"]
+    return (f"{record['plugin']['name']}:{record['backend']['name']} {record['precision']} "
+            f"{record['model']['variant']} {d['kind']}x{d['count']} {record['image_size']}px")
 
-    def print(self, console: Console | None = None) -> None:
-        # an 80-column default would truncate the figures when output goes to a file or CI log
-        console = console or Console(width=None if sys.stdout.isatty() else 180)
-        console.print(self.table())
 
-    def table(self) -> Table:
-        table = Table(title="accelbench results")
-        for column in COLUMNS:
-            table.add_column(column, justify="right" if column in NUMERIC_COLUMNS else "left")
-        for record in self.records:
-            table.add_row(*self._row(record))
-        return table
+def with_costs(records: list[dict[str, Any]], catalogue: list[cost.Price], explicit: cost.Price | None,
+               epochs: int) -> list[dict[str, Any]]:
+    """Copies of the records with a cost block at the price given or matched (or "no price")."""
+    priced = []
+    for record in records:
+        record = copy.deepcopy(record)
+        record["cost"] = cost.cost_block(record, cost.choose_price(record, catalogue, explicit), epochs)
+        priced.append(record)
+    return priced
 
-    @staticmethod
-    def _row(r: dict[str, Any]) -> list[str]:
-        status = f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]"
-        if r["reason"]:
-            status += f"\n{r['reason'][:120]}"
-        tp, st, fl = r["throughput"], r["step_time"], r["flops"]
-        return [
-            f"{r['plugin']['name']}:{r['backend']['name']}", status,
-            f"{r['device']['kind']}x{r['device']['count']} {r['device']['name']}".strip(),
-            r["precision"], f"{r['model']['name']} {r['model']['variant']}",
-            f"{r['batch']['global']}/{r['batch']['per_device']}",
-            f"{tp['images_per_sec']:.2f}" if tp else "-",
-            f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
-            f"{st['median_s'] * 1e3:.1f} ms" if st else "-",
-            f"{st['cv']:.1%}" if st else "-",
-            f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl["achieved_per_s"] else "-",
-        ]
+
+def sweep_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """images/sec against global batch, one series per backend/precision/device, one point per ok record."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        if record["throughput"]:
+            series.setdefault(run_label(record), []).append(
+                (record["batch"]["global"], record["throughput"]["images_per_sec"]))
+    return {label: sorted(points) for label, points in series.items()}
+
+
+def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, points in sweep_series(records).items():
+        batches, rates = zip(*points)
+        ax.plot(batches, rates, marker="o", label=label)
+    if reference:
+        for ref in reference["throughput"]:
+            ax.scatter([ref["global_batch"]], [ref["images_per_sec"]], marker="*", s=120,
+                       label=f"{ref['label']} (published)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("global batch size")
+    ax.set_ylabel("images / second (training, synthetic data)")
+    ax.set_title("ResNet-50 training throughput against batch size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None, catalogue: list[cost.Price]):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [(f"{run_label(r)} b{r['batch']['global']}", r["cost"]["images_per_dollar"], "tab:blue")
+            for r in records if r.get("cost", {}).get("price")]
+    if reference:
+        prices = {p.name: p for p in catalogue}
+        bars += [(f"{ref['label']} (published)",
+                  cost.images_per_dollar(ref["images_per_sec"], prices[ref["price"]].price_per_hour), "tab:gray")
+                 for ref in reference["throughput"] if ref["price"] in prices]
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(bars) + 1.5))
+    if bars:
+        labels, values, colours = zip(*bars)
+        ax.barh(labels, values, color=colours)
+    ax.set_xlabel("images per dollar")
+    ax.set_title("Cost-performance (no bar: no price given or matched)")
+    fig.tight_layout()
+    return fig
+
+
+def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[cost.Price],
+          explicit: cost.Price | None = None, epochs: int = cost.DEFAULT_EPOCHS,
+          include_reference: bool = True) -> Path:
+    """Write index.html and its PNGs into ``out_dir``; returns the HTML path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    priced = with_costs(records, catalogue, explicit, epochs)
+    reference = study_reference() if include_reference else None
+    for name, fig in ((SWEEP_PNG, sweep_figure(priced, reference)),
+                      (DOLLARS_PNG, dollars_figure(priced, reference, catalogue))):
+        fig.savefig(out / name, dpi=110)
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    page = _page(priced, reference, catalogue, epochs)
+    target = out / "index.html"
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".index.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(page)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, target)
+    return target
+
+
+def _page(records: list[dict[str, Any]], reference: dict[str, Any] | None, catalogue: list[cost.Price],
+          epochs: int) -> str:
+    rows = "\n".join(_run_row(r, epochs) for r in records)
+    study = _study_section(reference, catalogue, epochs) if reference else ""
+    environment = records[0]["environment"] if records else {}
+    machine = html.escape(f"{environment.get('cpu_model', '')}, {environment.get('cpu_cores', '')} cores, "
+                          f"{', '.join(a['name'] for a in environment.get('accelerators', [])) or 'no accelerator'}")
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>accelbench report</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}</style>
+</head><body>
+<h1>accelbench report: ResNet-50 training</h1>
+<p>Machine: {machine}. {len(records)} run(s). Throughput = images in the timed steps / wall time of
+those steps, synthetic data, device sync at every step. Cost of {epochs} epochs uses the ImageNet epoch
+of {cost.IMAGENET_EPOCH_IMAGES:,} images.</p>
+<h2>Throughput against batch size</h2><img src="{SWEEP_PNG}" alt="images/sec against global batch">
+<h2>Images per dollar</h2><img src="{DOLLARS_PNG}" alt="images per dollar">
+<h2>Every run</h2>
+<table><tr><th>run</th><th>status</th><th>global / per-device batch</th><th>images/s</th><th>95% CI</th>
+<th>step median (ms)</th><th>CV</th><th>GFLOP/s</th><th>price / h</th><th>images per $</th><th>$ per epoch</th>
+<th>$ for {epochs} epochs</th></tr>
+{rows}
+</table>
+{study}
+</body></html>
+"""
+
+
+def _run_row(r: dict[str, Any], epochs: int) -> str:
+    tp, st, fl, c = r["throughput"], r["step_time"], r["flops"], r["cost"]
+    price = c.get("price")
+    cells = [
+        html.escape(run_label(r)), html.escape(r["status"] + (f": {r['reason']}" if r["reason"] else "")),
+        f"{r['batch']['global']} / {r['batch']['per_device']}",
+        f"{tp['images_per_sec']:.2f}" if tp else "-",
+        f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
+        f"{st['median_s'] * 1e3:.1f}" if st else "-", f"{st['cv']:.1%}" if st else "-",
+        f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl.get("achieved_per_s") else "-",
+        html.escape(f"{price['price_per_hour']:.2f} {price['currency']} ({price['name']})") if price else html.escape(c["reason"]),
+        f"{c['images_per_dollar']:,.0f}" if price else "-",
+        f"{c['cost_per_epoch']:,.2f}" if price else "-",
+        f"{c['cost_of_epochs']:,.2f}" if price else "-",
+    ]
+    return "<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+
+
+def _study_section(reference: dict[str, Any], catalogue: list[cost.Price], epochs: int) -> str:
+    prices = {p.name: p for p in catalogue}
+    rows = []
+    for ref in reference["throughput"]:
+        p = prices.get(ref["price"])
+        ips = ref["images_per_sec"]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
+            html.escape(ref["label"]) + (" (approximate)" if ref["approximate"] else ""), ref["global_batch"],
+            f"{ips:,}", f"{p.price_per_hour:.2f}" if p else "no price",
+            f"{cost.images_per_dollar(ips, p.price_per_hour):,.0f}" if p else "-",
+            f"{cost.cost_of_epochs(1, ips, p.price_per_hour):.2f}" if p else "-",
+            f"{cost.cost_of_epochs(epochs, ips, p.price_per_hour):.2f}" if p else "-")) + "</tr>")
+    accuracy = []
+    for item in reference["cost_to_accuracy"]:
+        p = prices[item["price"]]
+        implied = cost.implied_images_per_sec(item["epochs"], item["cost_usd"], p.price_per_hour)
+        accuracy.append(f"<tr><td>{html.escape(item['label'])}</td><td>{item['epochs']}</td><td>{item['cost_usd']}</td>"
+                        f"<td>{item['cost_usd'] / item['epochs']:.3f}</td><td>{implied:,.0f}</td></tr>")
+    return f"""<h2>The 2018 study, for reference ({html.escape(reference['source'])})</h2>
+<table><tr><th>published run</th><th>global batch</th><th>images/s</th><th>price / h (USD)</th><th>images per $</th>
+<th>$ per epoch</th><th>$ for {epochs} epochs</th></tr>{''.join(rows)}</table>
+<p>Cost to accuracy as published, and the training throughput those dollars imply at the catalogue price
+(lower than the synthetic-data figure: those runs read real ImageNet through an input pipeline):</p>
+<table><tr><th>target</th><th>epochs</th><th>USD</th><th>USD per epoch</th><th>implied images/s</th></tr>{''.join(accuracy)}</table>
+"""

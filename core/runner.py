@@ -42,13 +42,16 @@ class Worker:
     frameworks print goes to a log file, not the user's terminal.
     """
 
-    def __init__(self, ref: BackendRef, config: RunConfig, timeout_s: float | None = None):
+    def __init__(self, ref: BackendRef, config: RunConfig, timeout_s: float | None = None,
+                 env: dict[str, str] | None = None, label: str = "worker"):
+        self.label = label
         self.conn, child = multiprocessing.Pipe()
-        fd, self.log_path = tempfile.mkstemp(prefix=f"accelbench-{ref.id.replace(':', '-')}-", suffix=".log")
+        fd, self.log_path = tempfile.mkstemp(prefix=f"accelbench-{ref.id.replace(':', '-')}-{label}-", suffix=".log")
         with os.fdopen(fd, "w") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "accelbench.worker", str(child.fileno())],
-                pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env={**os.environ, **(env or {})})
         child.close()
         self.conn.send(sys.path)  # so the worker imports plugins exactly as the host did
         self.conn.send((ref.backend, config))
@@ -58,18 +61,33 @@ class Worker:
 
     def call(self, command: str, *args: Any, on_progress: Callable[[str, int, int], None] | None = None) -> Any:
         """Send a command and wait for its answer; WorkerFailure on error, death or timeout."""
+        self.send(command, *args)
+        while True:
+            done, answer = self.take(self._receive(), on_progress)
+            if done:
+                return answer
+
+    def send(self, command: str, *args: Any) -> None:
         self.phase = command
         self.conn.send((command, *args))
-        while True:
-            message = self._receive()
-            if message[0] == "progress":
-                if on_progress:
-                    on_progress(*message[1:])
-                continue
-            if message[0] == "ok":
-                return message[1]
-            _, kind, text = message
-            raise WorkerFailure("failed", f"out of memory: {text}" if kind == "oom" else text)
+
+    def take(self, message: tuple, on_progress: Callable[[str, int, int], None] | None = None) -> tuple[bool, Any]:
+        """Interpret one message: (True, answer) for the final one, (False, None) for progress."""
+        if message[0] == "progress":
+            if on_progress:
+                on_progress(*message[1:])
+            return False, None
+        if message[0] == "ok":
+            return True, message[1]
+        _, kind, text = message
+        raise WorkerFailure("failed", f"out of memory: {text}" if kind == "oom" else text)
+
+    def receive_now(self) -> tuple:
+        """One message that ``multiprocessing.connection.wait`` said is ready (or the death notice)."""
+        try:
+            return self.conn.recv()
+        except (EOFError, ConnectionResetError):
+            raise WorkerFailure("failed", f"process died during {self.phase}: {_exit_text(self._wait(5))}") from None
 
     def keep_log(self, failure: WorkerFailure) -> WorkerFailure:
         """The failure, with the path of the worker's log (kept for the user) appended."""
@@ -90,12 +108,16 @@ class Worker:
             raise WorkerFailure("failed", f"worker process died during {self.phase}: "
                                           f"{_exit_text(self._wait(5))}") from None
 
-    def close(self) -> None:
-        if self.process.poll() is None:
+    def request_exit(self) -> None:
+        if self.process.poll() is None and not self.conn.closed:
             try:
                 self.conn.send(("exit",))
             except (BrokenPipeError, OSError):
                 pass
+
+    def close(self) -> None:
+        self.request_exit()
+        if self.process.poll() is None:
             self._wait(10)
         self.kill()
         self.conn.close()
@@ -161,7 +183,10 @@ def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
             if refusal:
                 plans.append(Plan(ref, _resolve_for_record(ref, point, counts), refusal))
                 continue
-            plans.append(Plan(ref, _resolve(ref, point, counts)))
+            resolved = _resolve(ref, point, counts)
+            if resolved.workers > 1 and resolved.scaling_baseline:
+                plans.append(Plan(ref, configuration.single_worker_baseline(resolved)))
+            plans.append(Plan(ref, resolved))
     return plans
 
 
@@ -213,6 +238,8 @@ def _host_precheck(ref: BackendRef, config: RunConfig) -> TrialOutcome | None:
         if value not in (None, "auto") and value not in supported:
             return TrialOutcome("unavailable", f"{info.name} does not support {what} {value} "
                                                f"(supports {', '.join(supported)})")
+    if config.workers > 1 and not info.distributed:
+        return TrialOutcome("unavailable", f"{info.name} has no multi-worker engine")
     return None
 
 
@@ -220,15 +247,48 @@ def execute(plans: list[Plan], on_record: Callable[[dict], None],
             on_progress: Progress | None = None) -> Iterator[dict]:
     """Run every plan's trials; yield (and hand to ``on_record``) one record per plan."""
     env = environment.collect()
+    baselines: dict[str, float] = {}
     for item in plans:
         ctx = RunContext(item.ref, item.config, env)
         if item.precheck:
             ctx.outcomes.append(item.precheck)
+        elif item.config.workers > 1:
+            _run_multiworker_trials(ctx, on_progress, baselines.get(_baseline_key(item.ref, item.config)))
         else:
             _run_trials(ctx, on_progress)
         record = build(ctx)
+        if record["throughput"] and item.config.workers == 1:
+            baselines[_baseline_key(item.ref, item.config)] = record["throughput"]["images_per_sec"]
         on_record(record)
         yield record
+
+
+def _baseline_key(ref: BackendRef, config: RunConfig) -> str:
+    """Runs that differ only in their worker count (same per-worker batch) share this key."""
+    return configuration.single_worker_baseline(config).replace(seed=0).config_hash() + ref.id
+
+
+def _run_multiworker_trials(ctx: RunContext, on_progress: Progress | None, baseline: float | None) -> None:
+    from . import launch, multiworker
+
+    info, cfg = ctx.ref.backend.describe(), ctx.config
+    per_worker_batch = cfg.per_device_batch * cfg.device_count
+    rows: list[dict] = []
+    for trial in range(cfg.trials):
+        report = (lambda phase, done, total, t=trial: on_progress(ctx.ref.id, t, phase, done, total)) \
+            if on_progress else None
+        outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(info.distributed, cfg.workers), report)
+        merged = multiworker.merge(outcomes)
+        ctx.outcomes.append(merged)
+        rows = multiworker.per_worker(outcomes, per_worker_batch)
+        if merged.status != "ok":
+            break
+    images = sum(o.timing["timed_calls"] * o.timing["steps_per_call"] for o in ctx.outcomes if o.timing) * cfg.global_batch
+    wall = sum(o.timing["wall_time_s"] for o in ctx.outcomes if o.timing)
+    efficiency = (images / wall) / (cfg.workers * baseline) if baseline and wall and \
+        all(o.status == "ok" for o in ctx.outcomes) else None
+    ctx.distributed = {"engine": info.distributed, "workers": cfg.workers, "per_worker_batch": per_worker_batch,
+                       "per_worker": rows, "baseline_images_per_sec": baseline, "scaling_efficiency": efficiency}
 
 
 def _run_trials(ctx: RunContext, on_progress: Progress | None) -> None:
@@ -240,3 +300,63 @@ def _run_trials(ctx: RunContext, on_progress: Progress | None) -> None:
         if outcome.status != "ok":
             return
 
+
+
+class Unavailable(Exception):
+    """The backend cannot run this config here; the message says why."""
+
+
+class BackendSession:
+    """A persistent worker for one backend and config: prepared once, then stepped on demand.
+
+    This is what pytest-benchmark drives: each ``step()`` is one synced training step in the
+    worker, timed by the caller. ``record(step_times)`` turns the caller's timings into a
+    schema-valid record.
+    """
+
+    def __init__(self, ref: BackendRef, config: RunConfig):
+        [item] = plan([ref], config)
+        if item.precheck:
+            raise Unavailable(item.precheck.reason)
+        self.ref, self.config = ref, item.config
+        self.worker = Worker(ref, self.config)
+        try:
+            reason = self.worker.call("check")
+            if reason:
+                raise Unavailable(reason)
+            self.prepared = self.worker.call("prepare")
+        except BaseException:
+            self.close()
+            raise
+
+    def step(self) -> float | None:
+        return self.worker.call("step")
+
+    def record(self, step_times: list[float], warmup_steps: int, timed_by: str) -> dict:
+        """A record of the steps timed by the caller (one value per ``step()`` call)."""
+        per_call = self.prepared["steps_per_call"]
+        config = self.config.replace(warmup_steps=warmup_steps * per_call, timed_steps=len(step_times) * per_call)
+        timing = {"step_times": [t / per_call for t in step_times], "wall_time_s": sum(step_times),
+                  "timed_calls": len(step_times), "steps_per_call": per_call, "losses": []}
+        prepared = {**self.prepared, "settings": {**self.prepared["settings"], "timed_by": timed_by}}
+        ctx = RunContext(self.ref, config, environment.collect(), [TrialOutcome("ok", "", timing, prepared)])
+        return build(ctx)
+
+    def close(self) -> None:
+        self.worker.close()
+        self.worker.discard_log()
+
+
+def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict:
+    """One rank of a multi-host job (``accelbench worker``): its record, merged later with the
+    other ranks' by ``accelbench merge``. Its throughput is the job's as this rank timed it."""
+    from . import multiworker
+
+    info = ref.backend.describe()
+    outcomes = multiworker.run_trial(ref, config, launch_plan)
+    ctx = RunContext(ref, config, environment.collect(), [multiworker.merge(outcomes)])
+    ctx.distributed = {"engine": info.distributed, "workers": config.workers,
+                       "per_worker_batch": config.per_device_batch * config.device_count,
+                       "per_worker": multiworker.per_worker(outcomes, config.per_device_batch * config.device_count, rank),
+                       "baseline_images_per_sec": None, "scaling_efficiency": None}
+    return build(ctx)

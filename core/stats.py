@@ -50,13 +50,3 @@ def throughput_ci(images: Sequence[int], walls: Sequence[float], step_times: Seq
     low, high = np.percentile(samples, [2.5, 97.5])
     return (float(low), float(high)), method
 
-
-def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], seed: int = 0,
-                       resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, tuple[float, float]]:
-    """Ratio of mean(a) / mean(b) with a 95% percentile-bootstrap interval, resampling each side."""
-    rng = np.random.default_rng(seed)
-    x, y = np.asarray(a, float), np.asarray(b, float)
-    mx = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    my = y[rng.integers(0, y.size, size=(resamples, y.size))].mean(axis=1)
-    low, high = np.percentile(mx / my, [2.5, 97.5])
-    return float(x.mean() / y.mean()), (float(low), float(high))

@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import UsageError
 
-RESULT_SCHEMA_VERSION = "1.0.0"
+RESULT_SCHEMA_VERSION = "1.1.0"  # 1.1: optional cost block
 
 
 @cache

@@ -4,7 +4,7 @@ The host sends commands over a pipe; the worker answers each with ``("ok", paylo
 ``("error", kind, message)``, and may send ``("progress", phase, done, total)`` meanwhile.
 
 Commands: ``check``, ``prepare``, ``run`` (the timing loop), ``step`` (one synced step, for
-pytest-benchmark), ``teardown``, ``exit``.
+pytest-benchmark), ``teardown``, ``serve`` (a distributed engine's service role), ``exit``.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ class _Session:
             return self.backend.step()
         if command == "teardown":
             return self.backend.teardown()
+        if command == "serve":
+            return self.backend.serve(self.config)
         raise ValueError(f"unknown worker command {command!r}")
 
     def _progress(self, phase: str, done: int, total: int) -> None:

@@ -76,6 +76,8 @@ def connect_tpu(tf, config: RunConfig):
 def make_strategy(tf, config: RunConfig):
     if config.device == "tpu":
         return tf.distribute.TPUStrategy(connect_tpu(tf, config))
+    if config.workers > 1:  # the launch layer set TF_CONFIG: collective all-reduce across workers
+        return tf.distribute.MultiWorkerMirroredStrategy()
     if config.device_count == 1:
         return tf.distribute.get_strategy()  # the default strategy: no replication overhead
     kind = "GPU" if config.device == "gpu" else "CPU"
@@ -201,9 +203,17 @@ class TrainingRun:
     def step(self) -> float:
         return float(self._train().numpy())
 
+    def weights_checksum(self) -> float:
+        """Sum of every trainable weight, float64: equal on every worker of an in-sync run."""
+        import numpy as np
+
+        return float(sum(np.sum(v.numpy(), dtype=np.float64) for v in self.model.trainable_variables))
+
     def _devices(self) -> list[str]:
         if self.strategy is self.tf.distribute.get_strategy():  # the default strategy has no list
             return [f"/{self.config.device.upper()}:0"]
+        if self.config.workers > 1:
+            return [d.name for d in self.tf.config.list_logical_devices(self.config.device.upper())]
         return list(self.strategy.extended.worker_devices)
 
     def prepared(self, settings: dict[str, Any]) -> Prepared:

@@ -20,7 +20,8 @@ class NgcResNet50(Backend):
         precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"), default_variant="v1",
         default_precision="fp32", batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
         version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
-        options={"kvstore": "kvstore across contexts: device (default) or local"})
+        options={"kvstore": "kvstore across contexts: device (default) or local"},
+        distributed="dmlc_ps")
 
     def check(self, config: RunConfig) -> str | None:
         from . import training
@@ -36,8 +37,15 @@ class NgcResNet50(Backend):
     def step(self) -> float:
         return self.run.step()
 
-    def teardown(self) -> None:
+    def teardown(self) -> dict:
+        final = {"weights_checksum": self.run.weights_checksum()}
         del self.run
+        return final
+
+    def serve(self, config: RunConfig) -> None:
+        from . import training
+
+        training.serve()
 
 
 @accelbench.hookimpl

@@ -27,6 +27,17 @@ def import_mxnet():
     return mxnet
 
 
+def serve() -> None:
+    """Run this process's ps-lite role (scheduler or server, from DMLC_ROLE) until the job ends.
+
+    Importing mxnet in such a process starts the role and exits the interpreter when it is done.
+    """
+    try:
+        import_mxnet()
+    except SystemExit:
+        return
+
+
 def device_problem(config: RunConfig) -> str | None:
     mx = import_mxnet()
     if config.device == "gpu":
@@ -96,7 +107,8 @@ class GluonRun:
             net.cast("float16")
         net.hybridize(static_alloc=True, static_shape=True)
         self.net = net
-        self.kvstore = config.options.get("kvstore", "device")
+        # several workers: MXNet's dist_sync kvstore over ps-lite (the launch layer set DMLC_*)
+        self.kvstore = "dist_sync" if config.workers > 1 else config.options.get("kvstore", "device")
         lr = BASE_LEARNING_RATE * config.global_batch / 256
         self.trainer = gluon.Trainer(net.collect_params(), "sgd",
                                      {"learning_rate": lr, "momentum": 0.9, "wd": WEIGHT_DECAY,
@@ -142,6 +154,13 @@ class GluonRun:
                 "layout": "NCHW",
                 "optimizer": "gluon.Trainer sgd (momentum)",
             })
+
+    def weights_checksum(self) -> float:
+        """Sum of every trained weight (first context), float64: equal on every in-sync worker."""
+        import numpy as np
+
+        return float(sum(np.sum(p.data(self.contexts[0]).asnumpy(), dtype=np.float64)
+                         for p in self.net.collect_params().values() if p.grad_req != "null"))
 
     def replica_weights_max_difference(self) -> float:
         """Largest absolute difference of any trained weight between the first and other contexts.

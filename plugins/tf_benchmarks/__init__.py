@@ -23,7 +23,8 @@ class TfCnnResNet50(Backend):
         # the study's 4xV100 TensorFlow run used batch 1024 = 256 per GPU
         default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
-        options={"jit_compile": "compile the step with XLA (default false: slower on CPU)"})
+        options={"jit_compile": "compile the step with XLA (default false: slower on CPU)"},
+        distributed="tf_config")
 
     def check(self, config: RunConfig) -> str | None:
         from .. import tf_common
@@ -41,8 +42,10 @@ class TfCnnResNet50(Backend):
     def step(self) -> float:
         return self.run.step()
 
-    def teardown(self) -> None:
+    def teardown(self) -> dict:
+        final = {"weights_checksum": self.run.weights_checksum()}
         del self.run
+        return final
 
 
 @accelbench.hookimpl

@@ -36,6 +36,21 @@ class Misbehaving(accelbench.Backend):
         raise AssertionError(self.info.name)
 
 
+class AsyncStep(accelbench.Backend):
+    """Returns before its work is done: the work lands on every fifth call (an async framework)."""
+
+    info = accelbench.BackendInfo(name="async-step", framework="none", requires=())
+
+    def prepare(self, config):
+        self.calls = 0
+        return accelbench.Prepared(device_name="test cpu")
+
+    def step(self):
+        self.calls += 1
+        if self.calls % 5 == 0:
+            time.sleep(0.05)
+
+
 class Unavailable(accelbench.Backend):
     info = accelbench.BackendInfo(name="needs-gpu", framework="none", requires=(), devices=("cpu", "gpu"))
 
@@ -52,5 +67,6 @@ class MissingFramework(accelbench.Backend):
 def register_backends(register):
     for name in ("raises", "exits", "segfaults", "hangs", "oom"):
         register(Misbehaving(name))
+    register(AsyncStep())
     register(Unavailable())
     register(MissingFramework())

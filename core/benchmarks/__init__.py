@@ -1,0 +1,1 @@
+"""Ready-to-run pytest-benchmark module: ``pytest --pyargs accelbench.benchmarks --benchmark-only``."""

@@ -1,0 +1,96 @@
+"""Terminal output: live progress while runs go, and the results table after."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
+           "95% CI", "step median", "CV", "GFLOP/s")
+NUMERIC_COLUMNS = set(COLUMNS[5:])
+STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable": "yellow", "skipped": "yellow"}
+
+
+class RunProgress:
+    """One bar for the whole run and one line for the step loop in progress (on stderr)."""
+
+    def __init__(self, total_trials: int):
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        self._overall = self._progress.add_task("runs", total=total_trials)
+        self._steps = self._progress.add_task("", total=None, visible=False)
+
+    def __enter__(self) -> "RunProgress":
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.__exit__(*exc)
+
+    def update(self, backend_id: str, trial: int, phase: str, done: int, total: int) -> None:
+        self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
+                              completed=done, total=total, visible=True)
+
+    def finished_run(self) -> None:
+        self._progress.advance(self._overall)
+
+
+class ResultsTable:
+    def __init__(self, records: list[dict[str, Any]]):
+        self.records = records
+
+    def print(self, console: Console | None = None) -> None:
+        # an 80-column default would truncate the figures when output goes to a file or CI log
+        console = console or Console(width=None if sys.stdout.isatty() else 180)
+        console.print(self.table())
+
+    def table(self) -> Table:
+        table = Table(title="accelbench results")
+        for column in COLUMNS:
+            table.add_column(column, justify="right" if column in NUMERIC_COLUMNS else "left")
+        for record in self.records:
+            table.add_row(*self._row(record))
+        return table
+
+    @staticmethod
+    def _row(r: dict[str, Any]) -> list[str]:
+        status = f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]"
+        if r["reason"]:
+            status += f"\n{r['reason'][:120]}"
+        tp, st, fl = r["throughput"], r["step_time"], r["flops"]
+        return [
+            f"{r['plugin']['name']}:{r['backend']['name']}", status,
+            f"{r['device']['kind']}x{r['device']['count']} {r['device']['name']}".strip()
+            + (f" ×{r['distributed']['workers']} workers" if r.get("distributed") else ""),
+            r["precision"], f"{r['model']['name']} {r['model']['variant']}",
+            f"{r['batch']['global']}/{r['batch']['per_device']}",
+            f"{tp['images_per_sec']:.2f}" if tp else "-",
+            f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
+            f"{st['median_s'] * 1e3:.1f} ms" if st else "-",
+            f"{st['cv']:.1%}" if st else "-",
+            f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl["achieved_per_s"] else "-",
+        ]
+
+
+VERDICT_STYLE = {"within": "green", "outside": "red", "undecided": "yellow", None: "white"}
+
+
+class ComparisonTable:
+    def __init__(self, results: list, tolerance: float | None):
+        self.results, self.tolerance = results, tolerance
+
+    def print(self, console: Console | None = None) -> None:
+        console = console or Console(width=None if sys.stdout.isatty() else 180)
+        bound = f" (tolerance ±{self.tolerance:.1%})" if self.tolerance else ""
+        table = Table(title=f"accelbench comparison: A / B images/sec{bound}")
+        for column in ("A", "B", "config", "A img/s", "B img/s", "ratio", "95% CI", "verdict", "samples", "note"):
+            table.add_column(column, justify="right" if column in ("A img/s", "B img/s", "ratio", "95% CI") else "left")
+        for r in self.results:
+            table.add_row(r.a, r.b, r.config, f"{r.a_images_per_sec:.2f}", f"{r.b_images_per_sec:.2f}",
+                          f"{r.ratio:.3f}", f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}",
+                          f"[{VERDICT_STYLE[r.verdict]}]{r.verdict or '-'}[/]", r.samples, r.note)
+        console.print(table)

@@ -1,0 +1,103 @@
+"""Contract checks a plugin author runs against any backend (also as the ``accelbench_contract``
+pytest fixture). Each check raises ``ContractViolation`` (an AssertionError) saying what is wrong.
+
+    def test_my_backend(accelbench_contract):
+        accelbench_contract.check_all("myplugin:resnet50", image_size=32, global_batch=4)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from . import records, runner
+from .config import RunConfig
+from .registry import PluginHost
+
+#: an async step returns at once and the work lands on a later step: mean >> median, tiny minimum
+ASYNC_MEAN_OVER_MEDIAN = 3.0
+ASYNC_MIN_OVER_MEDIAN = 0.05
+
+
+class ContractViolation(AssertionError):
+    pass
+
+
+def check_all(backend: str, **config: Any) -> dict:
+    describes_without_framework(backend)
+    refuses_bad_config(backend)
+    step_syncs(backend, **config)
+    return record_validates(backend, **config)
+
+
+def describes_without_framework(backend: str) -> dict:
+    """Listing and describing the backend in a fresh interpreter imports none of its framework."""
+    code = ("import json, sys\n"
+            "from accelbench.registry import PluginHost\n"
+            f"[ref] = PluginHost().select(backends=[{backend!r}])\n"
+            "info = ref.backend.describe().to_json()\n"
+            "print(json.dumps({'info': info, 'loaded': [m for m in info['requires'] if m in sys.modules]}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, **path_env())
+    if out.returncode:
+        raise ContractViolation(f"{backend}: describing it failed: {out.stderr.strip().splitlines()[-1:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["loaded"]:
+        raise ContractViolation(f"{backend}: describing it imported {', '.join(result['loaded'])}")
+    return result["info"]
+
+
+def refuses_bad_config(backend: str) -> list[str]:
+    """Impossible requests come back ``unavailable`` with a reason, never as a crash."""
+    ref = _ref(backend)
+    info = ref.backend.describe()
+    impossible = [RunConfig(precision=next(p for p in ("fp16", "bf16", "fp32") if p not in info.precisions),
+                            global_batch=2, timed_steps=1, warmup_steps=0)] \
+        if set(info.precisions) != {"fp16", "bf16", "fp32"} else []
+    if "gpu" in info.devices:  # more GPUs than any machine has: the backend's own check must say no
+        impossible.append(RunConfig(device="gpu", device_count=4096, global_batch=4096, timed_steps=1, warmup_steps=0))
+    reasons = []
+    for config in impossible:
+        [record] = runner.execute(runner.plan([ref], config), records.check)
+        if record["status"] != "unavailable" or not record["reason"]:
+            raise ContractViolation(f"{backend}: an impossible config gave {record['status']!r}: {record['reason']}")
+        reasons.append(record["reason"])
+    return reasons
+
+
+def step_syncs(backend: str, timed_steps: int = 12, **config: Any) -> dict:
+    """Step times look synchronous: no near-zero steps with the work landing on a few others."""
+    record = _run(backend, timed_steps=timed_steps, **config)
+    times = sorted(record["trials"][0]["step_times_s"])
+    median, mean = record["step_time"]["median_s"], record["step_time"]["mean_s"]
+    if mean > ASYNC_MEAN_OVER_MEDIAN * median or times[0] < ASYNC_MIN_OVER_MEDIAN * median:
+        raise ContractViolation(f"{backend}: step times look asynchronous (min {times[0]:.2e} s, median "
+                                f"{median:.2e} s, mean {mean:.2e} s): step() must return after the device finished")
+    return record
+
+
+def record_validates(backend: str, **config: Any) -> dict:
+    """A normal run gives an ``ok`` record that passes the result schema."""
+    return _run(backend, **config)
+
+
+def _run(backend: str, **config: Any) -> dict:
+    defaults = {"warmup_steps": 2, "timed_steps": 5}
+    [record] = runner.execute(runner.plan([_ref(backend)], RunConfig.from_dict({**defaults, **config})),
+                              records.check)
+    if record["status"] != "ok":
+        raise ContractViolation(f"{backend}: run ended {record['status']}: {record['reason']}")
+    return record
+
+
+def _ref(backend: str):
+    [ref] = PluginHost().select(backends=[backend])
+    return ref
+
+
+def path_env() -> dict:
+    """Run the subprocess with this interpreter's import path, so it sees the same plugins."""
+    import os
+
+    return {"env": {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}

@@ -1,0 +1,140 @@
+"""Cost-performance: every formula in one place, prices never silently defaulted.
+
+With ``ips`` images/sec measured on an instance billed ``price`` per hour:
+
+- images per dollar      = ips * 3600 / price
+- hours per epoch        = IMAGENET_EPOCH_IMAGES / ips / 3600
+- cost per epoch         = hours per epoch * price
+- cost of N epochs       = N * cost per epoch                (N defaults to 90)
+- time to a target       = epochs to target * hours per epoch
+- cost to a target       = time to target * price
+
+A record with no matching price gets a cost block that says "no price", never a guessed number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from . import validation
+from .errors import UsageError
+
+IMAGENET_EPOCH_IMAGES = 1_281_167
+DEFAULT_EPOCHS = 90
+SECONDS_PER_HOUR = 3600
+
+
+@dataclass(frozen=True)
+class Price:
+    name: str
+    price_per_hour: float
+    currency: str = "USD"
+    pricing: str = "on-demand"
+    source: str = "given on the command line"
+    device_kind: str | None = None
+    device_name_pattern: str = ""
+    accelerators_per_instance: int | None = None
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        device = record["device"]
+        return (self.device_kind == device["kind"]
+                and self.accelerators_per_instance == device["count"]
+                and bool(re.search(self.device_name_pattern, device["name"], re.IGNORECASE)))
+
+
+def images_per_dollar(images_per_sec: float, price_per_hour: float) -> float:
+    return images_per_sec * SECONDS_PER_HOUR / price_per_hour
+
+
+def hours_per_epoch(images_per_sec: float, epoch_images: int = IMAGENET_EPOCH_IMAGES) -> float:
+    return epoch_images / images_per_sec / SECONDS_PER_HOUR
+
+
+def cost_of_epochs(epochs: float, images_per_sec: float, price_per_hour: float) -> float:
+    return epochs * hours_per_epoch(images_per_sec) * price_per_hour
+
+
+def time_to_target_hours(epochs_to_target: float, images_per_sec: float) -> float:
+    return epochs_to_target * hours_per_epoch(images_per_sec)
+
+
+def cost_to_target(epochs_to_target: float, images_per_sec: float, price_per_hour: float) -> float:
+    return time_to_target_hours(epochs_to_target, images_per_sec) * price_per_hour
+
+
+def load_catalogue(path: str | Path | None = None) -> list[Price]:
+    """The shipped 2018 catalogue, plus (overriding by name) the entries of a user's file."""
+    shipped = json.loads(resources.files("accelbench").joinpath("data/prices_2018.json").read_text())
+    entries = {e["name"]: e for e in _checked(shipped, "shipped price catalogue")}
+    if path is not None:
+        try:
+            document = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise UsageError(f"price catalogue {path}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"price catalogue {path}: not JSON ({exc})") from None
+        entries.update({e["name"]: e for e in _checked(document, f"price catalogue {path}")})
+    return [Price(name=e["name"], price_per_hour=e["price_per_hour"], currency=e["currency"],
+                  pricing=e["pricing"], source=e["source"], device_kind=e["device_kind"],
+                  device_name_pattern=e.get("device_name_pattern", ""),
+                  accelerators_per_instance=e["accelerators_per_instance"]) for e in entries.values()]
+
+
+def _checked(document: Any, what: str) -> list[dict[str, Any]]:
+    validation.validate_or_raise("prices", document, what=what)
+    return document["entries"]
+
+
+def choose_price(record: dict[str, Any], catalogue: list[Price], explicit: Price | None) -> Price | None:
+    """The price given for this run (``--price``/``--price-per-hour``), else the catalogue's match."""
+    if explicit is not None:
+        return explicit
+    return next((p for p in catalogue if p.matches(record)), None)
+
+
+def cost_block(record: dict[str, Any], price: Price | None, epochs: int = DEFAULT_EPOCHS) -> dict[str, Any]:
+    """The record's ``cost`` block (result schema >= 1.1)."""
+    if record["throughput"] is None:
+        return {"price": None, "reason": f"no throughput (run {record['status']})"}
+    if price is None:
+        d = record["device"]
+        return {"price": None, "reason": f"no price for {d['kind']} x{d['count']} {d['name']}".strip()}
+    ips = record["throughput"]["images_per_sec"]
+    return {
+        "price": {"name": price.name, "price_per_hour": price.price_per_hour, "currency": price.currency,
+                  "pricing": price.pricing, "source": price.source},
+        "reason": "",
+        "images_per_dollar": images_per_dollar(ips, price.price_per_hour),
+        "cost_per_epoch": cost_of_epochs(1, ips, price.price_per_hour),
+        "epochs": epochs,
+        "cost_of_epochs": cost_of_epochs(epochs, ips, price.price_per_hour),
+        "epoch_images": IMAGENET_EPOCH_IMAGES,
+    }
+
+
+def explicit_price(name: str | None, per_hour: float | None, catalogue: list[Price],
+                   currency: str = "USD") -> Price | None:
+    """A price the user named (catalogue entry) or gave (per hour), or None."""
+    if name and per_hour is not None:
+        raise UsageError("give --price or --price-per-hour, not both")
+    if name:
+        found = next((p for p in catalogue if p.name == name), None)
+        if found is None:
+            raise UsageError(f"unknown price {name!r} (catalogue: {', '.join(p.name for p in catalogue)})")
+        return found
+    if per_hour is not None:
+        if per_hour <= 0:
+            raise UsageError(f"--price-per-hour must be positive, got {per_hour}")
+        return Price(name="command line", price_per_hour=per_hour, currency=currency)
+    return None
+
+
+def implied_images_per_sec(epochs: float, total_cost: float, price_per_hour: float) -> float:
+    """The throughput at which ``epochs`` cost ``total_cost`` at ``price_per_hour`` (inverse of cost_of_epochs)."""
+    hours = total_cost / price_per_hour
+    return epochs * IMAGENET_EPOCH_IMAGES / (hours * SECONDS_PER_HOUR)

@@ -1,0 +1,118 @@
+"""Multi-worker trials: N worker processes (plus the engine's services) driven in lock step.
+
+Every phase (check, prepare, timing loop, teardown) is sent to all workers before any answer is
+awaited, because the frameworks' collectives block until every worker joins. The first worker
+or service to fail ends the whole run at once: the rest are killed (a peer blocked in an
+all-reduce would otherwise wait for the timeout) and the record names the worker.
+"""
+
+from __future__ import annotations
+
+import time
+from multiprocessing.connection import wait
+from typing import Any, Callable
+
+from .config import RunConfig
+from .launch import LaunchPlan
+from .records import TrialOutcome
+from .registry import BackendRef
+from .runner import Worker, WorkerFailure
+
+SERVICE_EXIT_GRACE_S = 20
+
+
+def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
+              on_progress: Callable[[str, int, int], None] | None = None,
+              on_started: Callable[[list[Worker]], None] | None = None) -> list[TrialOutcome]:
+    """One trial across ``launch.workers`` processes; one outcome per rank (all failed if one did)."""
+    services = [Worker(ref, config, env=env, label=role) for role, env in launch.services]
+    for service in services:
+        service.send("serve")
+    workers = [Worker(ref, config, env=env, label=f"rank{rank}") for rank, env in enumerate(launch.worker_envs)]
+    if on_started:
+        on_started(workers + services)
+    try:
+        reasons = _all(workers, services, "check")
+        refusal = next((r for r in reasons if r), None)
+        if refusal:
+            return [TrialOutcome("unavailable", refusal) for _ in workers]
+        prepared = _all(workers, services, "prepare")
+        timings = _all(workers, services, "run", config.warmup_steps, config.timed_steps, on_progress=on_progress)
+        finals = _all(workers, services, "teardown")
+        return [TrialOutcome("ok", "", t, p, f) for t, p, f in zip(timings, prepared, finals)]
+    except WorkerFailure as failure:
+        return [TrialOutcome(failure.status, failure.reason) for _ in workers]
+    finally:
+        for process in workers:  # all at once: a framework's shutdown may wait for every peer
+            process.request_exit()
+        for process in workers:
+            process.close()
+        _finish_services(services)
+
+
+def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any,
+         on_progress: Callable[[str, int, int], None] | None = None) -> list[Any]:
+    for process in workers:
+        process.send(command, *args)
+    answers: dict[int, Any] = {}
+    deadline = min(w.deadline for w in workers)
+    by_conn = {w.conn: (rank, w) for rank, w in enumerate(workers)}
+    by_conn.update({s.conn: (None, s) for s in services})
+    while len(answers) < len(workers):
+        pending = [c for c, (rank, _) in by_conn.items() if rank is None or rank not in answers]
+        ready = wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            late = ", ".join(str(r) for r in range(len(workers)) if r not in answers)
+            raise WorkerFailure("timeout", f"no result from worker rank(s) {late} within the "
+                                           f"{workers[0].timeout_s:g} s timeout (during {command})")
+        for conn in ready:
+            rank, process = by_conn[conn]
+            _take(process, rank, answers, on_progress if rank == 0 else None)
+    return [answers[rank] for rank in range(len(workers))]
+
+
+def _take(process: Worker, rank: int | None, answers: dict[int, Any], on_progress) -> None:
+    who = f"worker rank {rank}" if rank is not None else f"{process.label} process"
+    try:
+        done, answer = process.take(process.receive_now(), on_progress)
+    except WorkerFailure as failure:
+        raise WorkerFailure(failure.status, f"{who}: {failure.reason} [log: {process.log_path}]") from None
+    if rank is None:  # a service answering means it stopped serving while workers still need it
+        raise WorkerFailure("failed", f"{who} ended before the workers finished [log: {process.log_path}]")
+    if done:
+        answers[rank] = answer
+
+
+def _finish_services(services: list[Worker]) -> None:
+    """Services end on their own once every worker has left; give them a moment, then kill."""
+    deadline = time.monotonic() + SERVICE_EXIT_GRACE_S
+    for service in services:  # queued behind "serve": read once the role has ended
+        service.request_exit()
+    for service in services:
+        service._wait(max(0.1, deadline - time.monotonic()))
+        service.close()
+        service.discard_log()
+
+
+def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
+    """One outcome for the whole run: the slowest worker's timing (global images/sec = all
+    workers' images / the slowest worker's wall time), rank 0's losses."""
+    if any(o.status != "ok" for o in outcomes):
+        worst = next(o for o in outcomes if o.status != "ok")
+        return TrialOutcome(worst.status, worst.reason, None, outcomes[0].prepared)
+    slowest = max(outcomes, key=lambda o: o.timing["wall_time_s"])
+    timing = {**slowest.timing, "losses": outcomes[0].timing["losses"]}
+    return TrialOutcome("ok", "", timing, outcomes[0].prepared, outcomes[0].final)
+
+
+def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[dict[str, Any]]:
+    rows = []
+    for rank, o in enumerate(outcomes, start=first_rank):
+        row = {"rank": rank, "status": o.status, "images": None, "wall_time_s": None,
+               "images_per_sec": None, "step_times_s": [], "final": o.final or {}}
+        if o.timing:
+            images = per_worker_batch * o.timing["timed_calls"] * o.timing["steps_per_call"]
+            row.update(images=images, wall_time_s=o.timing["wall_time_s"],
+                       images_per_sec=images / o.timing["wall_time_s"], step_times_s=o.timing["step_times"])
+        rows.append(row)
+    return rows

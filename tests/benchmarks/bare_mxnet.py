@@ -1,0 +1,56 @@
+"""A bare, hand-written Gluon training loop: the reference the harness is measured against.
+
+Independent of accelbench's code: model-zoo resnet50_v1, hybridized with static memory, SGD
+momentum, same batch and precision, OMP threads = all cores, sync every step. Prints one JSON line.
+"""
+
+import argparse
+import json
+import os
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+parser.add_argument("--batch", type=int, default=8)
+parser.add_argument("--image-size", type=int, default=224)
+parser.add_argument("--warmup", type=int, default=10)
+parser.add_argument("--timed", type=int, default=100)
+args = parser.parse_args()
+
+os.environ["OMP_NUM_THREADS"] = str(os.cpu_count())
+import numpy as np  # noqa: E402
+
+for alias, kind in {"bool": bool, "int": int, "float": float, "object": object, "str": str, "complex": complex}.items():
+    if not hasattr(np, alias):
+        setattr(np, alias, kind)
+import mxnet as mx  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+if args.precision == "bf16":
+    from mxnet.contrib import amp
+    amp.init(target_dtype="bfloat16")
+net = gluon.model_zoo.vision.resnet50_v1()
+net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+net.hybridize(static_alloc=True, static_shape=True)
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1 * args.batch / 256, "momentum": 0.9, "wd": 1e-4})
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+x = mx.nd.random.uniform(-1, 1, (args.batch, 3, args.image_size, args.image_size))
+y = mx.nd.random.randint(0, 1000, (args.batch,)).astype("float32")
+
+
+def step():
+    with autograd.record():
+        loss = loss_fn(net(x), y)
+    loss.backward()
+    trainer.step(args.batch)
+    mx.nd.waitall()
+    return loss.mean().asscalar()
+
+
+for _ in range(args.warmup):
+    step()
+start = time.perf_counter()
+for _ in range(args.timed):
+    step()
+wall = time.perf_counter() - start
+print(json.dumps({"images_per_sec": args.batch * args.timed / wall, "images": args.batch * args.timed, "wall_time_s": wall}))

@@ -1,0 +1,103 @@
+"""Harness overhead benchmark: full ResNet-50 at 224x224 through `accelbench run`, side by side
+with a bare hand-written loop of the same model, batch and precision, on this machine.
+
+Rounds alternate (accelbench, bare, bare, accelbench, ...) so slow drift of a shared machine
+cancels out. Prints images/sec of both, their ratio (must be >= 0.98), achieved GFLOP/s, and the
+published reference figure for this CPU. Exit status 1 if a ratio is below the bound.
+
+    python tests/benchmarks/bench_overhead.py                # every case, 100 timed steps
+    python tests/benchmarks/bench_overhead.py --case tf-fp32 --timed 30 --rounds 1
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+MIN_RATIO = 0.98
+
+# name: (accelbench arguments, bare-loop command, reference img/s on the 2-core Zen 4 machine, what)
+CASES = {
+    "tf-fp32": (["--plugin", "tf_benchmarks", "--precision", "fp32"],
+                ["bare_tf.py", "--precision", "fp32"], 7.4, "tf_cnn_benchmarks"),
+    "tf-bf16": (["--plugin", "tf_benchmarks", "--precision", "bf16"],
+                ["bare_tf.py", "--precision", "bf16"], 11.5, "TF Model Garden bf16"),
+    "mxnet-fp32": (["--plugin", "mxnet_ngc", "--precision", "fp32"],
+                   ["bare_mxnet.py", "--precision", "fp32"], 7.3, "MXNet train_imagenet"),
+    "mxnet-bf16": (["--plugin", "mxnet_ngc", "--precision", "bf16"],
+                   ["bare_mxnet.py", "--precision", "bf16"], 11.4, "bare Gluon bf16"),
+    "tpu-bf16": (["--plugin", "tpu_official", "--option", "steps_per_loop=10"],
+                 ["bare_tf.py", "--precision", "bf16", "--variant", "v1.5", "--steps-per-loop", "10",
+                  "--weight-decay", "1e-4"], 11.5, "TF Model Garden v1.5 bf16"),
+}
+
+
+def run_accelbench(args, batch, warmup, timed):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        subprocess.run([sys.executable, "-m", "accelbench", "run", *args, "--global-batch", str(batch),
+                        "--warmup-steps", str(warmup), "--timed-steps", str(timed), "-o", str(out)],
+                       check=True, capture_output=True, text=True)
+        [record] = json.loads(out.read_text())["records"]
+    if record["status"] != "ok":
+        raise SystemExit(f"accelbench run failed: {record['reason']}")
+    tp = record["throughput"]
+    return tp["images"], tp["wall_time_s"], record["flops"]["per_image"]
+
+
+def run_bare(command, batch, warmup, timed):
+    script, *rest = command
+    out = subprocess.run([sys.executable, str(HERE / script), *rest, "--batch", str(batch),
+                          "--warmup", str(warmup), "--timed", str(timed)],
+                         check=True, capture_output=True, text=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["images"], result["wall_time_s"]
+
+
+def measure(name, batch, warmup, timed, rounds):
+    args, bare, reference, what = CASES[name]
+    harness, plain = [0, 0.0], [0, 0.0]
+    flops = None
+    for r in range(rounds):
+        order = ("accelbench", "bare") if r % 2 == 0 else ("bare", "accelbench")
+        for which in order:
+            if which == "accelbench":
+                images, wall, flops = run_accelbench(args, batch, warmup, timed)
+                harness[0] += images; harness[1] += wall
+            else:
+                images, wall = run_bare(bare, batch, warmup, timed)
+                plain[0] += images; plain[1] += wall
+            print(f"  {name} round {r + 1} {which}: {images / wall:.2f} img/s", flush=True)
+    ours, theirs = harness[0] / harness[1], plain[0] / plain[1]
+    return {"case": name, "accelbench_images_per_sec": ours, "bare_images_per_sec": theirs,
+            "ratio": ours / theirs, "gflops_per_s": ours * flops / 1e9, "reference_images_per_sec": reference,
+            "reference": what, "batch": batch, "timed_steps": timed, "rounds": rounds}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: all")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--timed", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    results = [measure(name, args.batch, args.warmup, args.timed, args.rounds) for name in args.case or CASES]
+    print(f"\n{'case':<12}{'accelbench':>12}{'bare loop':>12}{'ratio':>8}{'GFLOP/s':>10}   reference")
+    for r in results:
+        print(f"{r['case']:<12}{r['accelbench_images_per_sec']:>12.2f}{r['bare_images_per_sec']:>12.2f}"
+              f"{r['ratio']:>8.3f}{r['gflops_per_s']:>10.1f}   {r['reference_images_per_sec']} ({r['reference']})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    slow = [r["case"] for r in results if r["ratio"] < MIN_RATIO]
+    if slow:
+        print(f"harness ratio below {MIN_RATIO}: {', '.join(slow)}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Cost formulas against the 2018 study's own arithmetic, price catalogues, and the HTML report."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from accelbench import cost
+from accelbench.errors import UsageError
+from conftest import load_records
+
+
+def test_images_per_dollar_from_the_study_inputs():
+    assert cost.images_per_dollar(3128, 12.24) == pytest.approx(920_000)        # 4x V100, p3.8xlarge
+    assert cost.images_per_dollar(3186, 6.50) == pytest.approx(1_764_553.8, rel=1e-7)  # Cloud TPU
+
+
+def test_cost_to_accuracy_reproduces_the_study():
+    # $73 for 86 epochs at $6.50/h fixes the training throughput; the same throughput must give the
+    # study's other figure, $55 for 64 epochs (the study rounds to whole dollars)
+    throughput = cost.implied_images_per_sec(86, 73, 6.50)
+    assert cost.cost_to_target(86, throughput, 6.50) == pytest.approx(73)
+    assert cost.cost_to_target(64, throughput, 6.50) == pytest.approx(55, abs=1.0)
+    assert cost.time_to_target_hours(86, throughput) == pytest.approx(73 / 6.50)
+
+
+def test_cost_per_epoch_uses_the_imagenet_epoch():
+    assert cost.IMAGENET_EPOCH_IMAGES == 1_281_167
+    assert cost.cost_of_epochs(1, 1_281_167 / 3600, 2.0) == pytest.approx(2.0)  # one epoch an hour
+    assert cost.cost_of_epochs(90, 3186, 6.50) == pytest.approx(90 * 1_281_167 / 3186 / 3600 * 6.50)
+
+
+def record_on(kind: str, count: int, name: str, ips: float = 100.0) -> dict:
+    return {"status": "ok", "device": {"kind": kind, "count": count, "name": name},
+            "throughput": {"images_per_sec": ips}}
+
+
+def test_a_record_with_no_matching_price_says_no_price():
+    catalogue = cost.load_catalogue()
+    block = cost.cost_block(record_on("cpu", 1, "AMD EPYC"), cost.choose_price(record_on("cpu", 1, "AMD EPYC"), catalogue, None))
+    assert block == {"price": None, "reason": "no price for cpu x1 AMD EPYC"}
+
+
+def test_catalogue_matches_device_and_user_file_overrides(tmp_path):
+    v100 = record_on("gpu", 4, "Tesla V100-SXM2-16GB", ips=3128)
+    assert cost.choose_price(v100, cost.load_catalogue(), None).price_per_hour == 12.24
+    mine = tmp_path / "prices.json"
+    entry = {"name": "p3.8xlarge", "accelerator": "4 x V100 (reserved)", "device_kind": "gpu",
+             "device_name_pattern": "V100", "accelerators_per_instance": 4, "price_per_hour": 7.50,
+             "pricing": "reserved", "currency": "USD", "date": "2026-11", "source": "my quote"}
+    mine.write_text(json.dumps({"schema_version": "1.0.0", "entries": [entry]}))
+    price = cost.choose_price(v100, cost.load_catalogue(mine), None)
+    assert (price.price_per_hour, price.pricing) == (7.50, "reserved")
+    assert cost.cost_block(v100, price)["images_per_dollar"] == pytest.approx(3128 * 3600 / 7.50)
+    assert cost.choose_price(record_on("gpu", 8, "Tesla V100"), cost.load_catalogue(mine), None) is None
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("price_per_hour", -1, "$.entries[0].price_per_hour: -1 is less than or equal to the minimum of 0"),
+    ("pricing", "monthly", "$.entries[0].pricing: 'monthly' is not one of"),
+    ("currency", "dollars", "$.entries[0].currency: 'dollars' does not match"),
+])
+def test_a_bad_catalogue_entry_is_refused_naming_the_field(tmp_path, accelbench_cli, field, value, message):
+    entry = {"name": "x", "accelerator": "x", "device_kind": "gpu", "accelerators_per_instance": 1,
+             "price_per_hour": 1.0, "pricing": "spot", "currency": "USD", "date": "2026-11", "source": "s", field: value}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": "1.0.0", "entries": [entry]}))
+    with pytest.raises(UsageError, match=re.escape(message)):
+        cost.load_catalogue(bad)
+    result = accelbench_cli("report", str(bad), "--prices", str(bad), "--out", str(tmp_path / "rep"))
+    assert result.returncode == 2
+
+
+def test_sweep_run_then_report(accelbench_cli, tmp_path):
+    results = tmp_path / "sweep.json"
+    done = accelbench_cli("run", "--plugin", "sleepy", "--batch-sizes", "8,16,32", "--warmup-steps", "1",
+                          "--timed-steps", "10", "--option", "step_ms=4", "--price-per-hour", "0.50", "-o", str(results))
+    assert done.returncode == 0, done.stderr
+    records = load_records(results)
+    assert [r["batch"]["global"] for r in records] == [8, 16, 32]
+    for r in records:
+        assert r["cost"]["images_per_dollar"] == pytest.approx(r["throughput"]["images_per_sec"] * 3600 / 0.50)
+        assert r["schema_version"] == "1.1.0"
+
+    out = tmp_path / "report"
+    made = accelbench_cli("report", str(results), "--out", str(out), "--price-per-hour", "0.50")
+    assert made.returncode == 0, made.stderr
+    page = (out / "index.html").read_text()
+    for image in re.findall(r'<img src="([^"]+)"', page):
+        assert (out / image).stat().st_size > 1000
+    assert "4x TPUv2" in page and "1,764,554" in page  # the study beside ours
+    assert f"{records[0]['cost']['images_per_dollar']:,.0f}" in page
+
+
+def test_sweep_figure_has_one_point_per_record():
+    from accelbench import report
+
+    def rec(batch, ips):
+        return {"plugin": {"name": "p"}, "backend": {"name": "b"}, "precision": "fp32", "model": {"variant": "v1"},
+                "device": {"kind": "cpu", "count": 1}, "image_size": 224, "batch": {"global": batch},
+                "throughput": {"images_per_sec": ips}}
+
+    records = [rec(16, 9.0), rec(8, 7.0), rec(32, 10.5)]
+    figure = report.sweep_figure(records, report.study_reference())
+    [line] = figure.axes[0].lines
+    assert list(line.get_xdata()) == [8, 16, 32] and list(line.get_ydata()) == [7.0, 9.0, 10.5]
+    published = [c.get_offsets().tolist() for c in figure.axes[0].collections]
+    assert [[1024.0, 3186.0]] in published and [[768.0, 3280.0]] in published

@@ -1,0 +1,118 @@
+"""Multi-worker runs on the frameworks' own engines, on loopback: merged records, identical
+weights across workers, scaling efficiency, and a killed worker ending the run cleanly."""
+
+import importlib.util
+import json
+import os
+import time
+
+import pytest
+
+from accelbench import launch, multiworker, records, runner
+from accelbench.config import RunConfig
+from accelbench.registry import PluginHost
+
+HAS = {"tf_benchmarks": importlib.util.find_spec("tensorflow") is not None,
+       "mxnet_ngc": importlib.util.find_spec("mxnet") is not None}
+BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not HAS[name], reason=f"{name}'s framework missing"))
+            for name in HAS]
+TINY = dict(image_size=32, num_classes=10, warmup_steps=2, timed_steps=6, timeout_s=240)
+
+
+def test_local_plans_use_loopback_and_free_ports():
+    tf = launch.plan_local("tf_config", 2)
+    configs = [json.loads(env["TF_CONFIG"]) for env in tf.worker_envs]
+    assert [c["task"]["index"] for c in configs] == [0, 1]
+    addresses = configs[0]["cluster"]["worker"]
+    assert len(set(addresses)) == 2 and all(a.startswith("127.0.0.1:") for a in addresses)
+    mx = launch.plan_local("dmlc_ps", 2, servers=1)
+    assert [role for role, _ in mx.services] == ["scheduler", "server"]
+    for env in mx.worker_envs + [env for _, env in mx.services]:
+        assert env["DMLC_PS_ROOT_URI"] == env["DMLC_NODE_HOST"] == "127.0.0.1" and env["DMLC_INTERFACE"] == "lo"
+        assert env["DMLC_NUM_WORKER"] == "2" and env["DMLC_NUM_SERVER"] == "1"
+
+
+@pytest.mark.parametrize("plugin", BACKENDS)
+def test_two_workers_merge_into_one_record_with_identical_weights(plugin):
+    refs = PluginHost().select([plugin])
+    baseline, merged = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)),
+                                      records.check)
+    assert baseline["status"] == merged["status"] == "ok", merged["reason"]
+    assert baseline["config"]["workers"] == 1 and baseline["batch"]["global"] == 4
+    dist = merged["distributed"]
+    assert dist["workers"] == 2 and dist["per_worker_batch"] == 4
+    assert merged["batch"]["global"] == 2 * dist["per_worker_batch"] == 8
+    checksums = [w["final"]["weights_checksum"] for w in dist["per_worker"]]
+    assert checksums[0] == checksums[1]
+    slowest = max(w["wall_time_s"] for w in dist["per_worker"])
+    assert merged["throughput"]["images"] == sum(w["images"] for w in dist["per_worker"]) == 8 * 6
+    assert merged["throughput"]["images_per_sec"] == pytest.approx(48 / slowest)
+    assert dist["baseline_images_per_sec"] == baseline["throughput"]["images_per_sec"]
+    assert dist["scaling_efficiency"] == pytest.approx(
+        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie has exited; only its parent's wait is missing
+        return fh.read().split()[2] != "Z"
+
+
+@pytest.mark.parametrize("plugin", BACKENDS)
+def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin):
+    [ref] = PluginHost().select([plugin])
+    [item] = runner.plan([ref], RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
+                                         **{**TINY, "timed_steps": 200}))
+    started: list = []
+
+    def kill_rank_1(phase, done, total):
+        if started and started[0][1].process.poll() is None:
+            started[0][1].process.kill()
+
+    begin = time.monotonic()
+    outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.describe().distributed, 2),
+                                     on_progress=kill_rank_1, on_started=started.append)
+    assert time.monotonic() - begin < item.config.timeout_s
+    assert all(o.status == "failed" for o in outcomes)
+    assert "worker rank 1" in outcomes[0].reason and "killed by SIGKILL" in outcomes[0].reason
+    assert not any(_alive(w.process.pid) for w in started[0])
+
+
+def test_a_backend_without_an_engine_is_unavailable_for_several_workers(testplugins_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    refs = PluginHost().select(backends=["sleepy:fixed-time"])
+    [record] = runner.execute(runner.plan(refs, RunConfig(workers=2, scaling_baseline=False)), records.check)
+    assert record["status"] == "unavailable" and "no multi-worker engine" in record["reason"]
+
+
+@pytest.mark.parametrize("plugin", BACKENDS)
+def test_cluster_ranks_started_separately_then_merged(plugin, accelbench_cli, tmp_path):
+    """What a cluster scheduler does, on loopback: one `accelbench worker` per rank, then merge."""
+    import subprocess
+    import sys
+
+    ports = [launch.free_port() for _ in range(2)]
+    common = ["worker", "--plugin", plugin, "--workers", "2", "--coordinator", f"127.0.0.1:{ports[0]}",
+              "--peers", ",".join(f"127.0.0.1:{p}" for p in ports), "--host", "127.0.0.1",
+              "--image-size", "32", "--num-classes", "10", "--per-device-batch", "2", "--warmup-steps", "1",
+              "--timed-steps", "4", "--threads", "1", "--timeout", "240"]
+    ranks = [subprocess.Popen([sys.executable, "-m", "accelbench", *common, "--rank", str(r), "-o",
+                               str(tmp_path / f"rank{r}.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path) for r in range(2)]
+    for proc in ranks:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out + err
+    merged = tmp_path / "merged.json"
+    result = accelbench_cli("merge", str(tmp_path / "rank0.json"), str(tmp_path / "rank1.json"), "-o", str(merged))
+    assert result.returncode == 0, result.stderr
+    [record] = json.loads(merged.read_text())["records"]
+    rows = record["distributed"]["per_worker"]
+    assert [w["rank"] for w in rows] == [0, 1]
+    assert rows[0]["final"]["weights_checksum"] == rows[1]["final"]["weights_checksum"]
+    assert record["throughput"]["images"] == 2 * 2 * 4
+    assert record["throughput"]["wall_time_s"] == max(w["wall_time_s"] for w in rows)
+    missing = accelbench_cli("merge", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "bad.json"))
+    assert missing.returncode == 2 and "one record per rank 0..1" in missing.stderr

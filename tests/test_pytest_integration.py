@@ -1,0 +1,76 @@
+"""pytest-benchmark runs: the shipped benchmark module, the JSON hook, and the contract fixture."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from accelbench import validation
+from accelbench.contract import ContractViolation
+
+
+def run_pytest(testplugins_path, tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=str(testplugins_path))
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def test_benchmark_json_holds_valid_records_with_true_throughput(testplugins_path, tmp_path):
+    out = tmp_path / "out.json"
+    result = run_pytest(testplugins_path, tmp_path, "--pyargs", "accelbench.benchmarks", "--benchmark-only",
+                        "--benchmark-json", str(out), "--accelbench-backend", "sleepy:fixed-time",
+                        "--accelbench-batch-sizes", "8,16", "--accelbench-rounds", "20")
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(out.read_text())
+    records = document["accelbench"]["records"]
+    assert [r["batch"]["global"] for r in records] == [8, 16]
+    for record in records:
+        assert validation.errors("result", record) == []
+        # 20 ms steps: pytest-benchmark's timing includes the worker pipe, well under 2% of that
+        assert record["throughput"]["images_per_sec"] == pytest.approx(record["batch"]["global"] / 0.020, rel=0.02)
+        assert record["settings"]["timed_by"].startswith("pytest-benchmark")
+    bench = document["benchmarks"][0]
+    assert bench["stats"]["rounds"] == 20 and bench["stats"]["median"] == pytest.approx(0.020, rel=0.02)
+    assert bench["extra_info"]["images_per_sec"] == records[0]["throughput"]["images_per_sec"]
+    assert {"global_batch", "per_device_batch", "precision", "framework", "device"} <= set(bench["extra_info"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reason="MXNet not installed")
+def test_benchmark_module_on_a_real_framework_then_compare(testplugins_path, tmp_path, accelbench_cli):
+    outs = []
+    for name in ("first", "second"):
+        out = tmp_path / f"{name}.json"
+        result = run_pytest(testplugins_path, tmp_path, "--pyargs", "accelbench.benchmarks", "--benchmark-only",
+                            "--benchmark-json", str(out), "--accelbench-backend", "mxnet_ngc:resnet50",
+                            "--accelbench-image-size", "32", "--accelbench-rounds", "5")
+        assert result.returncode == 0, result.stdout + result.stderr
+        [record] = json.loads(out.read_text())["accelbench"]["records"]
+        assert record["framework"]["name"] == "mxnet" and record["status"] == "ok"
+        outs.append(str(out))
+    compared = accelbench_cli("compare", *outs, "--tolerance", "50%", "--json")
+    assert compared.returncode in (0, 3), compared.stderr
+    [comparison] = json.loads(compared.stdout)["comparisons"]
+    assert comparison["a"] == "mxnet_ngc:resnet50 [first.json]"
+
+
+def test_contract_passes_for_a_good_backend_and_catches_an_async_step(testplugins_path, monkeypatch):
+    from accelbench import contract
+
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    record = contract.check_all("sleepy:fixed-time", options={"step_ms": 2})
+    assert record["status"] == "ok"
+    with pytest.raises(ContractViolation, match="look asynchronous"):
+        contract.step_syncs("misbehaving:async-step", timed_steps=20)
+    with pytest.raises(ContractViolation, match="run ended failed"):
+        contract.record_validates("misbehaving:raises")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reason="MXNet not installed")
+def test_contract_holds_for_mxnet_ngc(accelbench_contract):
+    accelbench_contract.describes_without_framework("mxnet_ngc:resnet50")
+    reasons = accelbench_contract.refuses_bad_config("mxnet_ngc:resnet50")
+    assert any("GPU" in reason for reason in reasons)
+    accelbench_contract.step_syncs("mxnet_ngc:resnet50", image_size=32, global_batch=4)
