@@ -319,6 +319,8 @@ class BackendSession:
         if item.precheck:
             raise Unavailable(item.precheck.reason)
         self.ref, self.config = ref, item.config
+        self.call_times: list[float] = []
+        self.losses: list[float | None] = []
         self.worker = Worker(ref, self.config)
         try:
             reason = self.worker.call("check")
@@ -330,14 +332,21 @@ class BackendSession:
             raise
 
     def step(self) -> float | None:
-        return self.worker.call("step")
+        """One synced call in the worker; its worker-side time is kept for ``record``."""
+        timing = self.worker.call("step")
+        self.call_times.append(timing["wall_time_s"])
+        self.losses.extend(timing["losses"])
+        return timing["losses"][-1] if timing["losses"] else None
 
-    def record(self, step_times: list[float], warmup_steps: int, timed_by: str) -> dict:
-        """A record of the steps timed by the caller (one value per ``step()`` call)."""
+    def record(self, timed_calls: int, warmup_calls: int, timed_by: str) -> dict:
+        """A record of the last ``timed_calls`` calls, timed in the worker by the core timing loop
+        (so the host<->worker pipe is not counted, as in ``accelbench run``)."""
         per_call = self.prepared["steps_per_call"]
-        config = self.config.replace(warmup_steps=warmup_steps * per_call, timed_steps=len(step_times) * per_call)
-        timing = {"step_times": [t / per_call for t in step_times], "wall_time_s": sum(step_times),
-                  "timed_calls": len(step_times), "steps_per_call": per_call, "losses": []}
+        calls = self.call_times[-timed_calls:]
+        config = self.config.replace(warmup_steps=warmup_calls * per_call, timed_steps=timed_calls * per_call)
+        timing = {"step_times": [t / per_call for t in calls], "wall_time_s": sum(calls),
+                  "timed_calls": timed_calls, "steps_per_call": per_call,
+                  "losses": self.losses[-timed_calls:] if self.losses else []}
         prepared = {**self.prepared, "settings": {**self.prepared["settings"], "timed_by": timed_by}}
         ctx = RunContext(self.ref, config, environment.collect(), [TrialOutcome("ok", "", timing, prepared)])
         return build(ctx)

@@ -29,11 +29,13 @@ def test_benchmark_json_holds_valid_records_with_true_throughput(testplugins_pat
     assert [r["batch"]["global"] for r in records] == [8, 16]
     for record in records:
         assert validation.errors("result", record) == []
-        # 20 ms steps: pytest-benchmark's timing includes the worker pipe, well under 2% of that
+        # 20 ms steps, timed in the worker: the true rate within 2%
         assert record["throughput"]["images_per_sec"] == pytest.approx(record["batch"]["global"] / 0.020, rel=0.02)
+        assert len(record["trials"][0]["step_times_s"]) == 20
         assert record["settings"]["timed_by"].startswith("pytest-benchmark")
     bench = document["benchmarks"][0]
-    assert bench["stats"]["rounds"] == 20 and bench["stats"]["median"] == pytest.approx(0.020, rel=0.02)
+    # pytest-benchmark's own host-side timing adds the pipe round-trip (under a millisecond here)
+    assert bench["stats"]["rounds"] == 20 and 0.020 <= bench["stats"]["median"] < 0.021
     assert bench["extra_info"]["images_per_sec"] == records[0]["throughput"]["images_per_sec"]
     assert {"global_batch", "per_device_batch", "precision", "framework", "device"} <= set(bench["extra_info"])
 

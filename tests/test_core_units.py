@@ -1,0 +1,137 @@
+"""Units of the host: batch resolution, statistics, the timing loop, records and the schema."""
+
+import copy
+import json
+import time
+
+import pytest
+
+from accelbench import BackendInfo, RunConfig, hookspecs, validation
+from accelbench.config import resolve
+from accelbench.errors import UsageError
+from accelbench.stats import step_time_summary, throughput_ci
+from accelbench.timing import run_timed
+
+PER_DEVICE = BackendInfo(name="b", framework="f", requires=(), batch_semantics="per_device",
+                         default_batch={"cpu": 8, "gpu": 256})
+GLOBAL = BackendInfo(name="b", framework="f", requires=(), batch_semantics="global",
+                     default_batch={"cpu": 8, "gpu": 768})
+
+
+@pytest.mark.parametrize("info, config, device, count, expected", [
+    (PER_DEVICE, RunConfig(), "gpu", 4, (1024, 256, "backend default")),
+    (GLOBAL, RunConfig(), "gpu", 4, (768, 192, "backend default")),
+    (GLOBAL, RunConfig(), "cpu", 1, (8, 8, "backend default")),
+    (GLOBAL, RunConfig(per_device_batch=32), "gpu", 2, (64, 32, "config")),
+    (PER_DEVICE, RunConfig(global_batch=12), "cpu", 3, (12, 4, "config")),
+    (PER_DEVICE, RunConfig(per_device_batch=4, workers=2), "cpu", 1, (8, 4, "config")),
+])
+def test_batch_resolution(info, config, device, count, expected):
+    resolved = resolve(config, info, device, count)
+    assert (resolved.global_batch, resolved.per_device_batch, resolved.batch_source) == expected
+
+
+@pytest.mark.parametrize("config, message", [
+    (RunConfig(global_batch=10), "global batch 10 does not divide by 4 devices"),
+    (RunConfig(global_batch=8, per_device_batch=4), "global_batch 8 != per_device_batch 4 x 4 devices"),
+])
+def test_impossible_batches_are_refused(config, message):
+    with pytest.raises(UsageError, match=message):
+        resolve(config, GLOBAL, "gpu", 4)
+
+
+def test_step_time_summary_on_known_values():
+    summary = step_time_summary([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert summary["median_s"] == 3.0 and summary["mean_s"] == 22.0
+    assert summary["iqr_s"] == 2.0  # 4 - 2
+    assert summary["jitter_s"] == pytest.approx(1.4826 * 1.0)  # MAD of |x - 3| = [2,1,0,1,97] -> 1
+    assert summary["cv"] == pytest.approx(summary["stdev_s"] / 22.0)
+
+
+def test_throughput_interval_over_steps_brackets_the_pooled_rate():
+    steps = [0.1, 0.11, 0.09, 0.1, 0.12, 0.1, 0.095, 0.105]
+    (low, high), method = throughput_ci([8 * len(steps)], [sum(steps)], steps, images_per_step=8)
+    assert method == "bootstrap over steps" and low < 8 * len(steps) / sum(steps) < high
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_timing_loop_excludes_warmup_and_divides_calls_into_steps():
+    calls = []
+
+    def step():
+        calls.append(1)
+        spin(0.004)
+        return 1.0
+
+    timing = run_timed(step, warmup_calls=3, timed_calls=5, steps_per_call=2)
+    assert len(calls) == 8 and len(timing.step_times) == 5 and timing.timed_steps == 10
+    assert sum(timing.step_times) * 2 == pytest.approx(timing.wall_time_s)
+    assert all(0.0019 < t < 0.01 for t in timing.step_times)  # each call of 4 ms covers 2 steps
+
+
+def test_nan_losses_are_kept_as_null():
+    values = iter([1.0, float("nan"), float("inf")])
+    timing = run_timed(lambda: next(values), warmup_calls=0, timed_calls=3)
+    assert timing.losses == [1.0, None, None]
+
+
+@pytest.fixture
+def good_record(accelbench_cli, tmp_path):
+    out = tmp_path / "r.json"
+    assert accelbench_cli("run", "--plugin", "sleepy", "--timed-steps", "5", "-o", str(out)).returncode == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.update(timestamp_utc="yesterday"), "$.timestamp_utc: 'yesterday' is not a 'date-time'"),
+    (lambda r: r.update(status="failed"), "$.reason: '' should be non-empty"),
+    (lambda r: r.update(status="failed", reason="x"), "$.throughput: "),
+    (lambda r: r["batch"].update(per_device=0), "$.batch.per_device: 0 is less than the minimum of 1"),
+    (lambda r: r.pop("environment"), "'environment' is a required property"),
+])
+def test_hand_made_bad_records_are_rejected_naming_the_field(good_record, accelbench_cli, tmp_path, change, message):
+    document = copy.deepcopy(good_record)
+    change(document["records"][0])
+    assert any(message in e for e in validation.errors("result", document["records"][0]))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    result = accelbench_cli("validate", str(bad))
+    assert result.returncode == 1 and f"{bad}: $.records[0]" in result.stdout
+
+
+def test_a_record_that_fails_its_schema_is_never_written(tmp_path):
+    from accelbench import records
+
+    out = tmp_path / "r.json"
+    with pytest.raises(records.InvalidRecord, match="schema_version"):
+        records.write_results(out, [{"status": "ok"}])
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_every_hook_is_typed_documented_and_in_the_readme():
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    hooks = [name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "accelbench_spec")]
+    assert hooks == ["register_backends"]
+    for name in hooks:
+        function = getattr(hookspecs, name)
+        assert function.__doc__ and "Called" in function.__doc__
+        assert function.__annotations__
+        assert f"`{name}(" in readme
+
+
+def test_readme_test_command_is_what_ci_runs():
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    head = (root / "README.md").read_text().splitlines()[:8]
+    assert any("accelbench run" in line and "pip install" in line for line in head)
+    test_line = next(line for line in head if line.rstrip().endswith("pytest"))
+    assert "pip install -e '.[all,test]' && pip check && pytest" in test_line
+    assert "pip install -e '.[all,test]' && pip check && pytest" in (root / ".ci" / "run").read_text()
