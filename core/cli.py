@@ -174,11 +174,11 @@ def merge(files: tuple[str, ...], output: str) -> None:
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
     """Validate results files against the schema, naming each wrong field."""
-    from . import validation
+    from . import records, validation
 
     bad = 0
     for name in files:
-        document = _load_json(name)
+        document = records.read_json(name)
         problems = validation.errors("results", document)
         if not problems:
             count = len(document["records"])
@@ -227,15 +227,6 @@ def report(files: tuple[str, ...], out_dir: str, reference: bool, prices, price,
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     page = reporting.write(loaded, out_dir, catalogue, explicit, epochs, include_reference=reference)
     click.echo(f"report: {page}")
-
-
-def _load_json(name: str) -> Any:
-    try:
-        return json.loads(Path(name).read_text())
-    except OSError as exc:
-        raise UsageError(f"{name}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{name}: not JSON ({exc})") from None
 
 
 def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):

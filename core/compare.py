@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import validation
+from .records import read_json
 from .errors import UsageError
 from .stats import BOOTSTRAP_RESAMPLES
 
@@ -65,12 +66,7 @@ def load_runs(paths: list[str]) -> list[Run]:
 
 
 def _records_of(path: Path) -> list[dict[str, Any]]:
-    try:
-        document = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not JSON ({exc})") from None
+    document = read_json(path)
     if isinstance(document, dict) and "records" in document:
         validation.validate_or_raise("results", document, what=f"results file {path}")
         return document["records"]

@@ -166,15 +166,19 @@ def write_results(path: Path, records: list[dict[str, Any]]) -> None:
         raise
 
 
-def read_results(path: str | Path) -> list[dict[str, Any]]:
-    """Records of an accelbench results file; UsageError when it is unreadable or invalid."""
-    path = Path(path)
+def read_json(path: str | Path) -> Any:
+    """A JSON document; UsageError naming the file when it is unreadable or not JSON."""
     try:
-        document = json.loads(path.read_text())
+        return json.loads(Path(path).read_text())
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not JSON ({exc})") from None
+
+
+def read_results(path: str | Path) -> list[dict[str, Any]]:
+    """Records of an accelbench results file; UsageError when it is unreadable or invalid."""
+    document = read_json(path)
     validation.validate_or_raise("results", document, what=f"results file {path}")
     return document["records"]
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from accelbench import Prepared, RunConfig
+from accelbench import Backend, Prepared, RunConfig
 from accelbench.backend import training_flops
 
 KERAS_PACKAGE = "tf_keras"
@@ -32,6 +32,30 @@ class Recipe:
     label_smoothing: float = 0.0
     steps_per_call: int = 1
     jit_compile: bool = False
+
+
+class TfBackend(Backend):
+    """What both TensorFlow plugins share; a subclass gives its recipe and protocol name."""
+
+    protocol = ""
+
+    def recipe(self, config: RunConfig) -> Recipe:
+        raise NotImplementedError
+
+    def check(self, config: RunConfig) -> str | None:
+        return device_problem(import_tensorflow(config), config)
+
+    def prepare(self, config: RunConfig) -> Prepared:
+        self.run = TrainingRun(config, self.recipe(config))
+        return self.run.prepared({"protocol": self.protocol})
+
+    def step(self) -> float:
+        return self.run.step()
+
+    def teardown(self) -> dict:
+        final = {"weights_checksum": self.run.weights_checksum()}
+        del self.run
+        return final
 
 
 def import_tensorflow(config: RunConfig):

@@ -8,14 +8,16 @@ same measurement on TensorFlow 2.21 (Keras 2 via tf-keras; see ``tf_common``).
 from __future__ import annotations
 
 import accelbench
-from accelbench import Backend, BackendInfo, Prepared, RunConfig
+from accelbench import BackendInfo, RunConfig
+
+from ..tf_common import Recipe, TfBackend
 
 VERSION = "1.0.0"
 # tf_cnn_benchmarks' defaults: momentum 0.9 (Nesterov), weight decay 4e-5
 WEIGHT_DECAY = 4e-5
 
 
-class TfCnnResNet50(Backend):
+class TfCnnResNet50(TfBackend):
     info = BackendInfo(
         name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
         variants=("v1", "v1.5"), precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
@@ -25,27 +27,10 @@ class TfCnnResNet50(Backend):
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
         options={"jit_compile": "compile the step with XLA (default false: slower on CPU)"},
         distributed="tf_config")
+    protocol = "tf_cnn_benchmarks"
 
-    def check(self, config: RunConfig) -> str | None:
-        from .. import tf_common
-
-        return tf_common.device_problem(tf_common.import_tensorflow(config), config)
-
-    def prepare(self, config: RunConfig) -> Prepared:
-        from .. import tf_common
-
-        recipe = tf_common.Recipe(weight_decay=WEIGHT_DECAY,
-                                  jit_compile=bool(config.options.get("jit_compile", False)))
-        self.run = tf_common.TrainingRun(config, recipe)
-        return self.run.prepared({"protocol": "tf_cnn_benchmarks"})
-
-    def step(self) -> float:
-        return self.run.step()
-
-    def teardown(self) -> dict:
-        final = {"weights_checksum": self.run.weights_checksum()}
-        del self.run
-        return final
+    def recipe(self, config: RunConfig) -> Recipe:
+        return Recipe(weight_decay=WEIGHT_DECAY, jit_compile=bool(config.options.get("jit_compile", False)))
 
 
 @accelbench.hookimpl

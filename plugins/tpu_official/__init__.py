@@ -10,14 +10,16 @@ Model and step code are shared with tf_benchmarks (``accelbench.plugins.tf_commo
 from __future__ import annotations
 
 import accelbench
-from accelbench import Backend, BackendInfo, Prepared, RunConfig
+from accelbench import BackendInfo, RunConfig
+
+from ..tf_common import Recipe, TfBackend
 
 VERSION = "1.0.0"
 WEIGHT_DECAY = 1e-4
 DEFAULT_STEPS_PER_LOOP = 10
 
 
-class OfficialTpuResNet50(Backend):
+class OfficialTpuResNet50(TfBackend):
     info = BackendInfo(
         name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
         variants=("v1.5",), precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"),
@@ -25,32 +27,19 @@ class OfficialTpuResNet50(Backend):
         default_batch={"cpu": 8, "gpu": 1024, "tpu": 1024}, version=VERSION,
         description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
         options={"steps_per_loop": f"training steps per host round-trip (default {DEFAULT_STEPS_PER_LOOP})",
-                 "tpu": "TPU name or address for TPUClusterResolver (default local)"})
+                 "tpu": "TPU name or address for TPUClusterResolver (default local)"},
+        distributed="tf_config")
+    protocol = "official TPU ResNet-50 (iterations_per_loop)"
 
     def check(self, config: RunConfig) -> str | None:
-        from .. import tf_common
-
         steps = config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP)
         if not isinstance(steps, int) or steps < 1:
             return f"steps_per_loop must be a positive integer, got {steps!r}"
-        return tf_common.device_problem(tf_common.import_tensorflow(config), config)
+        return super().check(config)
 
-    def prepare(self, config: RunConfig) -> Prepared:
-        from .. import tf_common
-
-        recipe = tf_common.Recipe(
-            weight_decay=WEIGHT_DECAY,
-            steps_per_call=config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP))
-        self.run = tf_common.TrainingRun(config, recipe)
-        return self.run.prepared({"protocol": "official TPU ResNet-50 (iterations_per_loop)"})
-
-    def step(self) -> float:
-        return self.run.step()
-
-    def teardown(self) -> dict:
-        final = {"weights_checksum": self.run.weights_checksum()}
-        del self.run
-        return final
+    def recipe(self, config: RunConfig) -> Recipe:
+        return Recipe(weight_decay=WEIGHT_DECAY,
+                      steps_per_call=config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP))
 
 
 @accelbench.hookimpl
