@@ -89,7 +89,7 @@ def _finish_services(services: list[Worker]) -> None:
     for service in services:  # queued behind "serve": read once the role has ended
         service.request_exit()
     for service in services:
-        service._wait(max(0.1, deadline - time.monotonic()))
+        service.wait_exit(max(0.1, deadline - time.monotonic()))
         service.close()
         service.discard_log()
 

@@ -1,6 +1,6 @@
-"""Spawning workers and turning whatever happens in them into records.
+"""Starting workers and turning whatever happens in them into records.
 
-Each (backend, config, trial) gets a fresh 'spawn' process. A backend that raises, kills its
+Each (backend, config, trial) gets a fresh worker process. A backend that raises, kills its
 process, runs out of memory or hangs past ``timeout_s`` produces a record with that status; the
 other runs go on.
 """
@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
-import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import environment, worker
+from . import environment
 from .config import RunConfig
-from .records import RunContext, TrialOutcome, build
 from .errors import UsageError
+from .records import RunContext, TrialOutcome, build
 from .registry import BackendRef
 
 Progress = Callable[[str, int, str, int, int], None]  # backend id, trial, phase, done, total
@@ -87,7 +87,7 @@ class Worker:
         try:
             return self.conn.recv()
         except (EOFError, ConnectionResetError):
-            raise WorkerFailure("failed", f"process died during {self.phase}: {_exit_text(self._wait(5))}") from None
+            raise WorkerFailure("failed", f"process died during {self.phase}: {_exit_text(self.wait_exit(5))}") from None
 
     def keep_log(self, failure: WorkerFailure) -> WorkerFailure:
         """The failure, with the path of the worker's log (kept for the user) appended."""
@@ -106,7 +106,7 @@ class Worker:
             return self.conn.recv()
         except (EOFError, ConnectionResetError):
             raise WorkerFailure("failed", f"worker process died during {self.phase}: "
-                                          f"{_exit_text(self._wait(5))}") from None
+                                          f"{_exit_text(self.wait_exit(5))}") from None
 
     def request_exit(self) -> None:
         if self.process.poll() is None and not self.conn.closed:
@@ -118,16 +118,16 @@ class Worker:
     def close(self) -> None:
         self.request_exit()
         if self.process.poll() is None:
-            self._wait(10)
+            self.wait_exit(10)
         self.kill()
         self.conn.close()
 
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-        self._wait(5)
+        self.wait_exit(5)
 
-    def _wait(self, seconds: float) -> int | None:
+    def wait_exit(self, seconds: float) -> int | None:
         try:
             return self.process.wait(seconds)
         except subprocess.TimeoutExpired:
@@ -168,7 +168,8 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
 @dataclass
 class Plan:
     ref: BackendRef
-    config: RunConfig  # resolved, or the unresolved one when ``precheck`` is set
+    config: RunConfig  # resolved (as far as a refused run allows)
+    #: the host's refusal (framework missing, unsupported request), when there is one
     precheck: TrialOutcome | None = None
 
 
