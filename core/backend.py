@@ -105,3 +105,16 @@ class Backend:
         """Run a non-worker role of the distributed engine (e.g. an MXNet ps-lite scheduler or
         server), as set by the launch layer's environment; returns when the job is over."""
         raise NotImplementedError(f"{self.info.name} has no distributed service role")
+
+
+class RunBackend(Backend):
+    """A backend whose ``prepare`` builds ``self.run``, an object with ``step()`` and
+    ``weights_checksum()``; stepping and teardown delegate to it."""
+
+    def step(self) -> float | None:
+        return self.run.step()
+
+    def teardown(self) -> dict[str, Any]:
+        final = {"weights_checksum": self.run.weights_checksum()}
+        del self.run
+        return final

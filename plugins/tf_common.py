@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from accelbench import Backend, Prepared, RunConfig
-from accelbench.backend import training_flops
+from accelbench import Prepared, RunConfig
+from accelbench.backend import RunBackend, training_flops
 
 KERAS_PACKAGE = "tf_keras"
 
@@ -34,7 +34,7 @@ class Recipe:
     jit_compile: bool = False
 
 
-class TfBackend(Backend):
+class TfBackend(RunBackend):
     """What both TensorFlow plugins share; a subclass gives its recipe and protocol name."""
 
     protocol = ""
@@ -48,14 +48,6 @@ class TfBackend(Backend):
     def prepare(self, config: RunConfig) -> Prepared:
         self.run = TrainingRun(config, self.recipe(config))
         return self.run.prepared({"protocol": self.protocol})
-
-    def step(self) -> float:
-        return self.run.step()
-
-    def teardown(self) -> dict:
-        final = {"weights_checksum": self.run.weights_checksum()}
-        del self.run
-        return final
 
 
 def import_tensorflow(config: RunConfig):

@@ -9,12 +9,13 @@ worker (``training.py``).
 from __future__ import annotations
 
 import accelbench
-from accelbench import Backend, BackendInfo, Prepared, RunConfig
+from accelbench import BackendInfo, Prepared, RunConfig
+from accelbench.backend import RunBackend
 
 VERSION = "1.0.0"
 
 
-class NgcResNet50(Backend):
+class NgcResNet50(RunBackend):
     info = BackendInfo(
         name="resnet50", framework="mxnet", requires=("mxnet",), variants=("v1", "v1.5"),
         precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"), default_variant="v1",
@@ -33,14 +34,6 @@ class NgcResNet50(Backend):
 
         self.run = training.GluonRun(config)
         return self.run.prepared()
-
-    def step(self) -> float:
-        return self.run.step()
-
-    def teardown(self) -> dict:
-        final = {"weights_checksum": self.run.weights_checksum()}
-        del self.run
-        return final
 
     def serve(self, config: RunConfig) -> None:
         from . import training
