@@ -85,11 +85,20 @@ def build(ctx: RunContext) -> dict[str, Any]:
         record["distributed"] = ctx.distributed
     if status == "ok":
         _add_statistics(record, cfg)
+        _add_scaling_efficiency(record)
     if prepared.get("flops_per_image"):
         ips = record["throughput"]["images_per_sec"] if record["throughput"] else None
         record["flops"] = {"per_image": prepared["flops_per_image"],
                            "achieved_per_s": ips * prepared["flops_per_image"] if ips else None}
     return record
+
+
+def _add_scaling_efficiency(record: dict[str, Any]) -> None:
+    """Multi-worker throughput / (workers x the 1-worker baseline of the same per-worker batch)."""
+    dist = record.get("distributed")
+    if dist and dist["baseline_images_per_sec"]:
+        dist["scaling_efficiency"] = record["throughput"]["images_per_sec"] / (
+            dist["workers"] * dist["baseline_images_per_sec"])
 
 
 def _steps(cfg: RunConfig, per_call: int) -> dict[str, int]:

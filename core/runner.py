@@ -272,31 +272,37 @@ def _baseline_key(ref: BackendRef, config: RunConfig) -> str:
 def _run_multiworker_trials(ctx: RunContext, on_progress: Progress | None, baseline: float | None) -> None:
     from . import launch, multiworker
 
-    info, cfg = ctx.ref.backend.describe(), ctx.config
-    per_worker_batch = cfg.per_device_batch * cfg.device_count
-    rows: list[dict] = []
+    engine, cfg = ctx.ref.backend.describe().distributed, ctx.config
     for trial in range(cfg.trials):
-        report = (lambda phase, done, total, t=trial: on_progress(ctx.ref.id, t, phase, done, total)) \
-            if on_progress else None
-        outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(info.distributed, cfg.workers), report)
+        outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers),
+                                         _trial_progress(ctx, trial, on_progress))
         merged = multiworker.merge(outcomes)
         ctx.outcomes.append(merged)
-        rows = multiworker.per_worker(outcomes, per_worker_batch)
+        ctx.distributed = _distributed_block(engine, cfg, outcomes, 0, baseline)  # the last trial's workers
         if merged.status != "ok":
             break
-    images = sum(o.timing["timed_calls"] * o.timing["steps_per_call"] for o in ctx.outcomes if o.timing) * cfg.global_batch
-    wall = sum(o.timing["wall_time_s"] for o in ctx.outcomes if o.timing)
-    efficiency = (images / wall) / (cfg.workers * baseline) if baseline and wall and \
-        all(o.status == "ok" for o in ctx.outcomes) else None
-    ctx.distributed = {"engine": info.distributed, "workers": cfg.workers, "per_worker_batch": per_worker_batch,
-                       "per_worker": rows, "baseline_images_per_sec": baseline, "scaling_efficiency": efficiency}
+
+
+def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome], first_rank: int,
+                       baseline: float | None) -> dict:
+    """The record's ``distributed`` block; ``records.build`` adds the scaling efficiency."""
+    from . import multiworker
+
+    per_worker_batch = cfg.per_device_batch * cfg.device_count
+    return {"engine": engine, "workers": cfg.workers, "per_worker_batch": per_worker_batch,
+            "per_worker": multiworker.per_worker(outcomes, per_worker_batch, first_rank),
+            "baseline_images_per_sec": baseline, "scaling_efficiency": None}
+
+
+def _trial_progress(ctx: RunContext, trial: int, on_progress: Progress | None):
+    if on_progress is None:
+        return None
+    return lambda phase, done, total: on_progress(ctx.ref.id, trial, phase, done, total)
 
 
 def _run_trials(ctx: RunContext, on_progress: Progress | None) -> None:
     for trial in range(ctx.config.trials):
-        report = (lambda phase, done, total, t=trial: on_progress(ctx.ref.id, t, phase, done, total)) \
-            if on_progress else None
-        outcome = run_trial(ctx.ref, ctx.config, report)
+        outcome = run_trial(ctx.ref, ctx.config, _trial_progress(ctx, trial, on_progress))
         ctx.outcomes.append(outcome)
         if outcome.status != "ok":
             return
@@ -362,11 +368,7 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict
     other ranks' by ``accelbench merge``. Its throughput is the job's as this rank timed it."""
     from . import multiworker
 
-    info = ref.backend.describe()
     outcomes = multiworker.run_trial(ref, config, launch_plan)
     ctx = RunContext(ref, config, environment.collect(), [multiworker.merge(outcomes)])
-    ctx.distributed = {"engine": info.distributed, "workers": config.workers,
-                       "per_worker_batch": config.per_device_batch * config.device_count,
-                       "per_worker": multiworker.per_worker(outcomes, config.per_device_batch * config.device_count, rank),
-                       "baseline_images_per_sec": None, "scaling_efficiency": None}
+    ctx.distributed = _distributed_block(ref.backend.describe().distributed, config, outcomes, rank, None)
     return build(ctx)
