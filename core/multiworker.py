@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .config import RunConfig
 from .launch import LaunchPlan
-from .records import TrialOutcome
+from .records import TrialOutcome, trial_row
 from .registry import BackendRef
 from .runner import Worker, WorkerFailure
 
@@ -107,12 +107,9 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
 
 def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[dict[str, Any]]:
     rows = []
-    for rank, o in enumerate(outcomes, start=first_rank):
-        row = {"rank": rank, "status": o.status, "images": None, "wall_time_s": None,
-               "images_per_sec": None, "step_times_s": [], "final": o.final or {}}
-        if o.timing:
-            images = per_worker_batch * o.timing["timed_calls"] * o.timing["steps_per_call"]
-            row.update(images=images, wall_time_s=o.timing["wall_time_s"],
-                       images_per_sec=images / o.timing["wall_time_s"], step_times_s=o.timing["step_times"])
-        rows.append(row)
+    for rank, outcome in enumerate(outcomes, start=first_rank):
+        row = trial_row(rank, outcome, per_worker_batch)
+        rows.append({"rank": rank, "status": row["status"], "images": row["images"],
+                     "wall_time_s": row["wall_time_s"], "images_per_sec": row["images_per_sec"],
+                     "step_times_s": row["step_times_s"], "final": outcome.final or {}})
     return rows

@@ -53,7 +53,7 @@ def build(ctx: RunContext) -> dict[str, Any]:
     cfg = ctx.config
     prepared = next((o.prepared for o in ctx.outcomes if o.prepared), None) or {}
     status, reason = _overall_status(ctx.outcomes)
-    trials = [_trial(i, o, cfg.global_batch) for i, o in enumerate(ctx.outcomes)]
+    trials = [trial_row(i, o, cfg.global_batch) for i, o in enumerate(ctx.outcomes)]
     record = {
         "schema_version": validation.RESULT_SCHEMA_VERSION,
         "status": status,
@@ -87,10 +87,14 @@ def build(ctx: RunContext) -> dict[str, Any]:
         _add_statistics(record, cfg)
         _add_scaling_efficiency(record)
     if prepared.get("flops_per_image"):
-        ips = record["throughput"]["images_per_sec"] if record["throughput"] else None
-        record["flops"] = {"per_image": prepared["flops_per_image"],
-                           "achieved_per_s": ips * prepared["flops_per_image"] if ips else None}
+        record["flops"] = {"per_image": prepared["flops_per_image"], "achieved_per_s": None}
+        _add_achieved_flops(record)
     return record
+
+
+def _add_achieved_flops(record: dict[str, Any]) -> None:
+    if record["flops"] and record["throughput"]:
+        record["flops"]["achieved_per_s"] = record["throughput"]["images_per_sec"] * record["flops"]["per_image"]
 
 
 def _add_scaling_efficiency(record: dict[str, Any]) -> None:
@@ -116,12 +120,13 @@ def _overall_status(outcomes: list[TrialOutcome]) -> tuple[str, str]:
     return "ok", ""
 
 
-def _trial(index: int, outcome: TrialOutcome, global_batch: int) -> dict[str, Any]:
+def trial_row(index: int, outcome: TrialOutcome, batch: int) -> dict[str, Any]:
+    """One trial's (or one worker's) figures: ``batch`` images per step, as that process timed them."""
     timing = outcome.timing
     if not timing:
         return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": None,
                 "wall_time_s": None, "images_per_sec": None, "step_times_s": [], "losses": []}
-    images = global_batch * timing["timed_calls"] * timing["steps_per_call"]
+    images = batch * timing["timed_calls"] * timing["steps_per_call"]
     return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": images,
             "wall_time_s": timing["wall_time_s"], "images_per_sec": images / timing["wall_time_s"],
             "step_times_s": timing["step_times"], "losses": timing["losses"]}
@@ -222,6 +227,5 @@ def merge_ranks(rank_records: list[dict[str, Any]]) -> dict[str, Any]:
     merged["trials"] = [{**merged["trials"][0], "images": images, "wall_time_s": slowest["wall_time_s"],
                          "images_per_sec": images / slowest["wall_time_s"], "step_times_s": slowest["step_times_s"]}]
     _add_statistics(merged, RunConfig(**merged["config"]))
-    if merged["flops"]:
-        merged["flops"]["achieved_per_s"] = merged["throughput"]["images_per_sec"] * merged["flops"]["per_image"]
+    _add_achieved_flops(merged)
     return merged
