@@ -11,6 +11,16 @@ Life cycle, all but ``describe`` inside a fresh worker process::
     step()  (many times)  worker; one training step (or ``steps_per_call`` steps), returns after
                           the device has finished
     teardown()            worker; release what prepare made
+
+Train mode (``accelbench train``; only backends whose ``info.data_format`` is set)::
+
+    write_dataset / read_dataset        worker; write one split in the framework's own format,
+                                        read it back (for the converter's round-trip check)
+    prepare_training(config, dataset)   worker; model, optimizer, input pipelines over the dataset
+    train_step(learning_rate)  (many)   worker; one synced step on the next training batch
+    evaluate()                          worker; top-1/top-5/loss over the whole held-out split
+
+The epoch loop, learning-rate schedule and stopping rule are core's (``accelbench.training``).
 """
 
 from __future__ import annotations
@@ -57,6 +67,8 @@ class BackendInfo:
     #: the framework's own multi-worker engine this backend runs on, if any (``accelbench.launch``):
     #: "tf_config" (TF MultiWorkerMirroredStrategy) or "dmlc_ps" (MXNet dist_sync kvstore)
     distributed: str | None = None
+    #: the dataset format this backend trains from in train mode ("tfrecord", "recordio"), if any
+    data_format: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +113,28 @@ class Backend:
         """Release resources; called once after the last step. May return final facts about the
         run (e.g. ``{"weights_checksum": ...}``, compared across workers of a multi-worker run)."""
 
+    def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
+        """Write one split, ``(image file, label)`` pairs with the files' bytes unchanged, to files
+        named from ``stem`` (a path without suffix); return the paths written."""
+        raise NotImplementedError(f"{self.info.name} writes no dataset format")
+
+    def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
+        """Read a split back with the framework's reader: (sha256 of the image bytes, label) each."""
+        raise NotImplementedError(f"{self.info.name} reads no dataset format")
+
+    def prepare_training(self, config: "RunConfig", dataset: dict[str, Any]) -> Prepared:
+        """Build model, optimizer and input pipelines for ``config.train`` over ``dataset`` (its
+        manifest, with ``root``)."""
+        raise NotImplementedError(f"{self.info.name} has no train mode")
+
+    def train_step(self, learning_rate: float) -> float:
+        """One synced step on the next training batch at this learning rate; return the loss."""
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        """Score the whole held-out split once: {"top1": ..., "top5": ..., "loss": ...}."""
+        raise NotImplementedError
+
     def serve(self, config: "RunConfig") -> None:
         """Run a non-worker role of the distributed engine (e.g. an MXNet ps-lite scheduler or
         server), as set by the launch layer's environment; returns when the job is over."""
@@ -108,11 +142,18 @@ class Backend:
 
 
 class RunBackend(Backend):
-    """A backend whose ``prepare`` builds ``self.run``, an object with ``step()`` and
-    ``weights_checksum()``; stepping and teardown delegate to it."""
+    """A backend whose ``prepare`` (or ``prepare_training``) builds ``self.run``, an object with
+    ``step()`` (or ``train_step`` and ``evaluate``) and ``weights_checksum()``; stepping,
+    evaluation and teardown delegate to it."""
 
     def step(self) -> float | None:
         return self.run.step()
+
+    def train_step(self, learning_rate: float) -> float:
+        return self.run.train_step(learning_rate)
+
+    def evaluate(self) -> dict[str, float]:
+        return self.run.evaluate()
 
     def teardown(self) -> dict[str, Any]:
         final = {"weights_checksum": self.run.weights_checksum()}

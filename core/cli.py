@@ -229,6 +229,114 @@ def report(files: tuple[str, ...], out_dir: str, reference: bool, prices, price,
     click.echo(f"report: {page}")
 
 
+@cli.command()
+@click.argument("source")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--preset", type=click.Choice(["small", "imagenet"]),
+              help="Training defaults for this dataset (default: small for digits, imagenet for a folder).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the digits' train/val split.")
+def data(source: str, out: str, preset: str | None, seed: int) -> None:
+    """Convert SOURCE into every installed framework's format (TFRecord, RecordIO, ...) under OUT.
+
+    SOURCE is 'digits' (scikit-learn's bundled handwritten digits, no download) or an image folder
+    with train/<class>/* and val/<class>/* (ImageNet's layout). Every record is read back and
+    checked against its source file; OUT/dataset.json is written last.
+    """
+    from . import runner
+    from .registry import PluginHost
+
+    try:
+        manifest = runner.convert_dataset(source, Path(out), PluginHost().backends(), preset, seed)
+    except RuntimeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    counts = ", ".join(f"{split} {info['count']}" for split, info in manifest["splits"].items())
+    click.echo(f"{manifest['name']}: {manifest['num_classes']} classes, {counts} images; "
+               f"formats: {', '.join(manifest['formats'])} (verified) -> {out}")
+
+
+# train flag → TrainSpec field
+TRAIN_SPEC_FLAGS = ("target_top1", "max_epochs", "eval_every", "stop_at_target", "augmentation",
+                    "base_learning_rate", "warmup_epochs", "decay_epochs", "decay_factor", "momentum",
+                    "nesterov", "weight_decay", "label_smoothing")
+TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "device", "device_count",
+                   "precision", "image_size", "threads", "seed", "memory_limit_mb")
+
+
+@cli.command()
+@click.option("--plugin", "plugin_names", multiple=True, help="Train this plugin's backends (repeatable).")
+@click.option("--backend", "backend_names", multiple=True, help="Train this backend, by name or plugin:name.")
+@click.option("--data", "data_dir", type=click.Path(file_okay=False),
+              help="A dataset converted by `accelbench data` (default: the embedded digits).")
+@click.option("--model", type=click.Choice(["resnet50", "resnet_small"]), help="Default: the dataset preset's.")
+@click.option("--variant", type=click.Choice(["v1", "v1.5"]), help="ResNet-50 variant.")
+@click.option("--global-batch", type=int, help="Global batch (default: the preset's, 64 digits / 256 ImageNet).")
+@click.option("--per-device-batch", type=int, help="Per-device batch.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), help="Device kind.")
+@click.option("--device-count", type=int, help="Devices to use.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision.")
+@click.option("--image-size", type=int, help="Square training image side (default: the dataset's, or 224).")
+@click.option("--threads", type=int, help="Compute threads (default: all cores).")
+@click.option("--seed", type=int, help="Random seed (initialisation, shuffling, augmentation).")
+@click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process.")
+@click.option("--timeout", type=float, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
+@click.option("--target-top1", type=float, help="Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).")
+@click.option("--max-epochs", type=int, help="Epoch budget (default 20 digits, 90 ImageNet).")
+@click.option("--eval-every", type=int, help="Evaluate every N epochs (default 1).")
+@click.option("--stop-at-target/--no-stop-at-target", default=None, help="Stop when the target is reached (default on).")
+@click.option("--augmentation", type=click.Choice(["none", "imagenet"]), help="Training augmentation (default: the preset's).")
+@click.option("--base-lr", "base_learning_rate", type=float, help="Learning rate per 256 images (scaled by batch/256).")
+@click.option("--warmup-epochs", type=float, help="Linear warm-up epochs (default 5 ImageNet).")
+@click.option("--decay-epochs", help="Epochs of the x decay-factor steps, e.g. 30,60,80.")
+@click.option("--decay-factor", type=float, help="Step decay factor (default 0.1).")
+@click.option("--momentum", type=float, help="SGD momentum (default 0.9).")
+@click.option("--nesterov/--no-nesterov", default=None, help="Nesterov momentum (default off).")
+@click.option("--weight-decay", type=float, help="L2 on weights, not batch-norm parameters (default 1e-4).")
+@click.option("--label-smoothing", type=float, help="Label smoothing (default 0).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json).")
+@price_options
+def train(plugin_names, backend_names, data_dir, timeout, output, prices, price, price_per_hour, epochs,
+          **flags) -> None:
+    """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
+    from . import cost, datasets, records, runner
+    from .config import RunConfig
+    from .console import RunProgress, TrainingTable
+
+    refs = _selected(plugin_names, backend_names)
+    if isinstance(flags.get("decay_epochs"), str):
+        flags["decay_epochs"] = _int_list(flags["decay_epochs"], "--decay-epochs")
+    dataset = datasets.load(data_dir or runner.default_dataset(refs))
+    config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
+    plans = runner.plan(refs, config)
+    catalogue = cost.load_catalogue(prices)
+    explicit = cost.explicit_price(price, price_per_hour, catalogue)
+    path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
+    done: list[dict[str, Any]] = []
+
+    def keep(record: dict[str, Any]) -> None:
+        chosen = cost.choose_price(record, catalogue, explicit)
+        record["cost"] = cost.cost_block(record, chosen, epochs)
+        if record.get("training"):
+            record["training"]["cost_to_target"] = cost.cost_to_target_block(record["training"], chosen)
+        done.append(record)
+        records.write_results(path, done)
+
+    with RunProgress(len(plans)) as progress:
+        for _ in runner.execute(plans, keep, progress.update):
+            progress.finished_run()
+    TrainingTable(done).print()
+    click.echo(f"results: {path}")
+    if any(r["status"] in ("failed", "timeout") for r in done):
+        sys.exit(1)
+
+
+def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    from . import training
+
+    return training.run_config_data(dataset, {k: flags.get(k) for k in TRAIN_RUN_FLAGS},
+                                    {k: flags.get(k) for k in TRAIN_SPEC_FLAGS})
+
+
 def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):
     from .config import RunConfig, load_config_file
 
@@ -237,17 +345,17 @@ def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[s
         if flags.get(flag) is not None:
             data[field_name] = flags[flag]
     if isinstance(data.get("batch_sizes"), str):
-        data["batch_sizes"] = _int_list(data["batch_sizes"])
+        data["batch_sizes"] = _int_list(data["batch_sizes"], "--batch-sizes")
     if options:
         data["options"] = {**data.get("options", {}), **dict(map(_option, options))}
     return RunConfig.from_dict(data)
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text: str, flag: str) -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UsageError(f"--batch-sizes must be comma-separated integers, got {text!r}") from None
+        raise UsageError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
 def _option(text: str) -> tuple[str, Any]:

@@ -47,6 +47,10 @@ class RunConfig:
     timeout_s: float = 1800.0
     memory_limit_mb: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: "throughput" (synthetic data, the timing loop) or "train" (a real dataset, to a target top-1)
+    mode: str = "throughput"
+    #: train mode's ``accelbench.training.TrainSpec`` as a dict (dataset, target, recipe)
+    train: dict[str, Any] | None = None
     #: set by ``resolve``: where the batch size came from ("config" or "backend default")
     batch_source: str | None = None
 
@@ -118,7 +122,8 @@ def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int
     """
     global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
     return config.replace(
-        variant=config.variant or info.default_variant,
+        # ResNet-50's v1/v1.5 variants; other models have none
+        variant=(config.variant or info.default_variant) if config.model == "resnet50" else None,
         precision=config.precision or info.default_precision,
         device=device,
         device_count=device_count,

@@ -66,13 +66,51 @@ class ResultsTable:
             f"{r['plugin']['name']}:{r['backend']['name']}", status,
             f"{r['device']['kind']}x{r['device']['count']} {r['device']['name']}".strip()
             + (f" ×{r['distributed']['workers']} workers" if r.get("distributed") else ""),
-            r["precision"], f"{r['model']['name']} {r['model']['variant']}",
+            r["precision"], model_label(r),
             f"{r['batch']['global']}/{r['batch']['per_device']}",
             f"{tp['images_per_sec']:.2f}" if tp else "-",
             f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
             f"{st['median_s'] * 1e3:.1f} ms" if st else "-",
             f"{st['cv']:.1%}" if st else "-",
             f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl["achieved_per_s"] else "-",
+        ]
+
+
+def model_label(record: dict[str, Any]) -> str:
+    return " ".join(filter(None, (record["model"]["name"], record["model"]["variant"])))
+
+
+class TrainingTable(ResultsTable):
+    """Train mode: accuracy reached, epochs and time (and cost) to the target."""
+
+    COLUMNS = ("backend", "status", "precision", "model", "batch", "target", "best top-1 (epoch)",
+               "epochs to target", "time to target", "train img/s", "cost to target")
+
+    def table(self) -> Table:
+        table = Table(title="accelbench training (time to accuracy)")
+        for column in self.COLUMNS:
+            table.add_column(column)
+        for record in self.records:
+            table.add_row(*self._training_row(record))
+        return table
+
+    @staticmethod
+    def _training_row(r: dict[str, Any]) -> list[str]:
+        status = f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]" + (f"\n{r['reason'][:120]}" if r["reason"] else "")
+        t = r.get("training")
+        head = [f"{r['plugin']['name']}:{r['backend']['name']}", status, r["precision"], model_label(r),
+                str(r["batch"]["global"])]
+        if not t:
+            return head + ["-"] * 6
+        reached = t["target_reached"]
+        cost = t["cost_to_target"]
+        return head + [
+            f"{t['target_top1']:.1%}",
+            f"{t['best_eval_accuracy']:.2%} ({t['best_epoch']})" if t["best_eval_accuracy"] is not None else "-",
+            str(t["epochs_to_target"]) if reached else f"not reached in {t['epochs_run']}",
+            f"{t['time_to_target_s']:.1f} s" if reached else "-",
+            f"{t['train_images_per_sec']:.1f}" if t["train_images_per_sec"] else "-",
+            f"{cost['cost']:.4g} {cost['currency']}" if cost else "-",
         ]
 
 

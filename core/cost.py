@@ -138,3 +138,12 @@ def implied_images_per_sec(epochs: float, total_cost: float, price_per_hour: flo
     """The throughput at which ``epochs`` cost ``total_cost`` at ``price_per_hour`` (inverse of cost_of_epochs)."""
     hours = total_cost / price_per_hour
     return epochs * IMAGENET_EPOCH_IMAGES / (hours * SECONDS_PER_HOUR)
+
+
+def cost_to_target_block(training: dict[str, Any], price: Price | None) -> dict[str, Any] | None:
+    """Train mode: measured wall time to the target top-1 x price per hour (None: no price or not reached)."""
+    if price is None or training["time_to_target_s"] is None:
+        return None
+    hours = training["time_to_target_s"] / SECONDS_PER_HOUR
+    return {"price_per_hour": price.price_per_hour, "currency": price.currency, "hours": hours,
+            "cost": hours * price.price_per_hour}

@@ -31,6 +31,8 @@ class TrialOutcome:
     prepared: dict[str, Any] | None = None
     #: what ``teardown`` returned (e.g. a weights checksum)
     final: dict[str, Any] | None = None
+    #: train mode: the epoch loop's result (``accelbench.training.TrainingResult`` as JSON)
+    training: dict[str, Any] | None = None
 
 
 @dataclass
@@ -71,7 +73,7 @@ def build(ctx: RunContext) -> dict[str, Any]:
                   "source": cfg.batch_source, "semantics": info.batch_semantics},
         "image_size": cfg.image_size,
         "data": {"source": cfg.data, "placement": prepared.get("data_placement")},
-        "steps": _steps(cfg, prepared.get("steps_per_call", 1)),
+        "steps": _steps(cfg, prepared.get("steps_per_call", 1), ctx.outcomes),
         "trials": trials,
         "throughput": None,
         "step_time": None,
@@ -83,6 +85,9 @@ def build(ctx: RunContext) -> dict[str, Any]:
     }
     if ctx.distributed:
         record["distributed"] = ctx.distributed
+    if cfg.mode == "train":
+        record["mode"] = "train"
+        _add_training(record, cfg, ctx.outcomes[-1])
     if status == "ok":
         _add_statistics(record, cfg)
         _add_scaling_efficiency(record)
@@ -105,8 +110,25 @@ def _add_scaling_efficiency(record: dict[str, Any]) -> None:
             dist["workers"] * dist["baseline_images_per_sec"])
 
 
-def _steps(cfg: RunConfig, per_call: int) -> dict[str, int]:
-    """Steps actually run: whole calls of ``per_call`` steps each (the worker rounds up)."""
+def _add_training(record: dict[str, Any], cfg: RunConfig, outcome: TrialOutcome) -> None:
+    """Train mode's block: the curve and time to target (absent when the run did not finish)."""
+    from . import training
+
+    if outcome.training is None:
+        return
+    preprocessing = record["settings"].pop("preprocessing", {})
+    spec = training.TrainSpec.from_dict(cfg.train)
+    record["training"] = {**training.summary(outcome.training, spec, cfg.global_batch),
+                          "preprocessing": preprocessing, "cost_to_target": None}
+
+
+def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> dict[str, int]:
+    """Steps actually run: whole calls of ``per_call`` steps each (the worker rounds up). In train
+    mode: the first epoch is the warm-up, the later epochs' steps are the timed ones."""
+    trained = next((o.training for o in outcomes if o.training), None)
+    if trained:
+        return {"warmup": trained["steps_per_epoch"], "timed": max(1, len(outcomes[-1].timing["step_times"])),
+                "steps_per_sample": 1}
     whole = lambda steps: math.ceil(steps / per_call) * per_call  # noqa: E731
     return {"warmup": whole(cfg.warmup_steps), "timed": whole(cfg.timed_steps), "steps_per_sample": per_call}
 

@@ -2,7 +2,8 @@
 
 Figures: images/sec against global batch size per backend and device (the 2018 study's main
 figure), and images per dollar; a table of every run with its statistics and cost; optionally the
-2018 study's published figures as a labelled reference series.
+2018 study's published figures as a labelled reference series. Train-mode records add the study's
+second figure, top-1 against epoch per backend, and a table of epochs, hours and dollars to target.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import cost
 
 SWEEP_PNG = "throughput_vs_batch.png"
 DOLLARS_PNG = "images_per_dollar.png"
+ACCURACY_PNG = "accuracy_vs_epoch.png"
 
 
 def study_reference() -> dict[str, Any]:
@@ -27,9 +29,9 @@ def study_reference() -> dict[str, Any]:
 
 
 def run_label(record: dict[str, Any]) -> str:
-    d = record["device"]
+    d, model = record["device"], record["model"]
     return (f"{record['plugin']['name']}:{record['backend']['name']} {record['precision']} "
-            f"{record['model']['variant']} {d['kind']}x{d['count']} {record['image_size']}px")
+            f"{model['variant'] or model['name']} {d['kind']}x{d['count']} {record['image_size']}px")
 
 
 def with_costs(records: list[dict[str, Any]], catalogue: list[cost.Price], explicit: cost.Price | None,
@@ -38,7 +40,10 @@ def with_costs(records: list[dict[str, Any]], catalogue: list[cost.Price], expli
     priced = []
     for record in records:
         record = copy.deepcopy(record)
-        record["cost"] = cost.cost_block(record, cost.choose_price(record, catalogue, explicit), epochs)
+        price = cost.choose_price(record, catalogue, explicit)
+        record["cost"] = cost.cost_block(record, price, epochs)
+        if record.get("training"):
+            record["training"]["cost_to_target"] = cost.cost_to_target_block(record["training"], price)
         priced.append(record)
     return priced
 
@@ -47,7 +52,7 @@ def sweep_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
     """images/sec against global batch, one series per backend/precision/device, one point per ok record."""
     series: dict[str, list[tuple[int, float]]] = {}
     for record in records:
-        if record["throughput"]:
+        if record["throughput"] and record.get("mode", "throughput") == "throughput":
             series.setdefault(run_label(record), []).append(
                 (record["batch"]["global"], record["throughput"]["images_per_sec"]))
     return {label: sorted(points) for label, points in series.items()}
@@ -99,6 +104,32 @@ def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | No
     return fig
 
 
+def accuracy_figure(records: list[dict[str, Any]]):
+    """Held-out top-1 against epoch, one line per train-mode record; its target dashed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for record in training_records(records):
+        points = [(row["epoch_num"], row["eval_accuracy"]) for row in record["training"]["curve"]
+                  if row["eval_accuracy"] is not None]
+        if points:
+            line, = ax.plot(*zip(*points), marker="o", label=f"{run_label(record)} on {record['data']['source']}")
+            ax.axhline(record["training"]["target_top1"], color=line.get_color(), linestyle="--", linewidth=0.8)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("top-1 accuracy (held-out split)")
+    ax.set_title("Convergence: top-1 against epoch (dashed: target)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("training")]
+
+
 def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[cost.Price],
           explicit: cost.Price | None = None, epochs: int = cost.DEFAULT_EPOCHS,
           include_reference: bool = True) -> Path:
@@ -107,8 +138,10 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
     out.mkdir(parents=True, exist_ok=True)
     priced = with_costs(records, catalogue, explicit, epochs)
     reference = study_reference() if include_reference else None
-    for name, fig in ((SWEEP_PNG, sweep_figure(priced, reference)),
-                      (DOLLARS_PNG, dollars_figure(priced, reference, catalogue))):
+    figures = [(SWEEP_PNG, sweep_figure(priced, reference)), (DOLLARS_PNG, dollars_figure(priced, reference, catalogue))]
+    if training_records(priced):
+        figures.append((ACCURACY_PNG, accuracy_figure(priced)))
+    for name, fig in figures:
         fig.savefig(out / name, dpi=110)
         import matplotlib.pyplot as plt
         plt.close(fig)
@@ -126,6 +159,7 @@ def _page(records: list[dict[str, Any]], reference: dict[str, Any] | None, catal
           epochs: int) -> str:
     rows = "\n".join(_run_row(r, epochs) for r in records)
     study = _study_section(reference, catalogue, epochs) if reference else ""
+    convergence = _training_section(training_records(records))
     environment = records[0]["environment"] if records else {}
     machine = html.escape(f"{environment.get('cpu_model', '')}, {environment.get('cpu_cores', '')} cores, "
                           f"{', '.join(a['name'] for a in environment.get('accelerators', [])) or 'no accelerator'}")
@@ -146,6 +180,7 @@ of {cost.IMAGENET_EPOCH_IMAGES:,} images.</p>
 <th>$ for {epochs} epochs</th></tr>
 {rows}
 </table>
+{convergence}
 {study}
 </body></html>
 """
@@ -167,6 +202,28 @@ def _run_row(r: dict[str, Any], epochs: int) -> str:
         f"{c['cost_of_epochs']:,.2f}" if price else "-",
     ]
     return "<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+
+
+def _training_section(records: list[dict[str, Any]]) -> str:
+    if not records:
+        return ""
+    rows = []
+    for r in records:
+        t = r["training"]
+        reached, c = t["target_reached"], t["cost_to_target"]
+        cells = [html.escape(run_label(r)), html.escape(r["data"]["source"]), f"{t['target_top1']:.1%}",
+                 f"{t['best_eval_accuracy']:.2%} (epoch {t['best_epoch']})" if t["best_eval_accuracy"] is not None else "-",
+                 str(t["epochs_to_target"]) if reached else f"not reached in {t['epochs_run']}",
+                 f"{t['time_to_target_s'] / 3600:.4f}" if reached else "-",
+                 html.escape(f"{c['cost']:.4g} {c['currency']}") if c else "-",
+                 f"{t['train_images_per_sec']:.1f}" if t["train_images_per_sec"] else "-"]
+        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return f"""<h2>Convergence: time and cost to accuracy</h2><img src="{ACCURACY_PNG}" alt="top-1 against epoch">
+<p>Time to target: wall time from the first step to the evaluation that reached the target (training,
+evaluation and input pipeline). Cost to target = that time x the price per hour.</p>
+<table><tr><th>run</th><th>dataset</th><th>target top-1</th><th>best top-1</th><th>epochs to target</th>
+<th>hours to target</th><th>cost to target</th><th>train images/s</th></tr>{''.join(rows)}</table>
+"""
 
 
 def _study_section(reference: dict[str, Any], catalogue: list[cost.Price], epochs: int) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import environment
+from . import datasets, environment, training
 from .config import RunConfig
 from .errors import UsageError
 from .records import RunContext, TrialOutcome, build
@@ -145,7 +145,7 @@ def _exit_text(code: int | None) -> str:
 
 
 def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, int, int], None] | None = None) -> TrialOutcome:
-    """check → prepare → timing loop → teardown, in one fresh worker process."""
+    """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker."""
     handle = Worker(ref, config)
     prepared = None
     try:
@@ -153,11 +153,16 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         if reason:
             handle.discard_log()
             return TrialOutcome("unavailable", reason)
-        prepared = handle.call("prepare")
-        timing = handle.call("run", config.warmup_steps, config.timed_steps, on_progress=on_progress)
+        if config.mode == "train":
+            prepared = handle.call("prepare_training")
+            training = handle.call("train", on_progress=on_progress)
+            timing = training.pop("steady")
+        else:
+            prepared = handle.call("prepare")
+            training, timing = None, handle.call("run", config.warmup_steps, config.timed_steps, on_progress=on_progress)
         handle.call("teardown")
         handle.discard_log()
-        return TrialOutcome("ok", "", timing, prepared)
+        return TrialOutcome("ok", "", timing, prepared, training=training)
     except WorkerFailure as failure:
         failure = handle.keep_log(failure)
         return TrialOutcome(failure.status, failure.reason, None, prepared)
@@ -177,14 +182,18 @@ def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
     """Resolve every (backend, sweep point) up front, so bad input fails before anything runs."""
     _refuse_unknown_options(refs, config)
     counts = environment.device_counts()
+    dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
     plans = []
     for ref in refs:
         for point in configuration.expand_sweep(config):
-            refusal = _host_precheck(ref, point)
+            refusal = _host_precheck(ref, point) or _dataset_precheck(ref, dataset)
             if refusal:
                 plans.append(Plan(ref, _resolve_for_record(ref, point, counts), refusal))
                 continue
             resolved = _resolve(ref, point, counts)
+            if dataset and training.steps_per_epoch(dataset, resolved.global_batch) < 1:
+                raise UsageError(f"global batch {resolved.global_batch} is larger than the training split "
+                                 f"({dataset['splits']['train']['count']} images)")
             if resolved.workers > 1 and resolved.scaling_baseline:
                 plans.append(Plan(ref, configuration.single_worker_baseline(resolved)))
             plans.append(Plan(ref, resolved))
@@ -241,6 +250,20 @@ def _host_precheck(ref: BackendRef, config: RunConfig) -> TrialOutcome | None:
                                                f"(supports {', '.join(supported)})")
     if config.workers > 1 and not info.distributed:
         return TrialOutcome("unavailable", f"{info.name} has no multi-worker engine")
+    return None
+
+
+def _dataset_precheck(ref: BackendRef, dataset: dict[str, Any] | None) -> TrialOutcome | None:
+    """Train mode: the backend must train from a format this dataset was converted into."""
+    if dataset is None:
+        return None
+    fmt = ref.backend.describe().data_format
+    if fmt is None:
+        return TrialOutcome("unavailable", f"{ref.id} has no train mode")
+    if fmt not in dataset["formats"]:
+        return TrialOutcome("unavailable", f"the dataset at {dataset['root']} has no {fmt} files "
+                                           f"(formats: {', '.join(dataset['formats'])}); convert it again "
+                                           f"with `accelbench data` where {ref.backend.describe().framework} is installed")
     return None
 
 
@@ -372,3 +395,60 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict
     ctx = RunContext(ref, config, environment.collect(), [multiworker.merge(outcomes)])
     ctx.distributed = _distributed_block(ref.backend.describe().distributed, config, outcomes, rank, None)
     return build(ctx)
+
+
+#: converting a full ImageNet copy takes hours; a hang is the user's to stop here
+DATASET_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+class DatasetWriter:
+    """Writes one split in one format, and reads it back, in a worker of the backend owning the
+    format (the framework's own writer and reader); one worker serves every split."""
+
+    def __init__(self, ref: BackendRef):
+        self.ref, self.worker = ref, None
+
+    def __call__(self, examples: list, stem: str) -> tuple[list[str], list[tuple[str, int]]]:
+        if self.worker is None:
+            self.worker = Worker(self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data")
+        try:
+            files = self.worker.call("write_dataset", [(e.path, e.label) for e in examples], stem)
+            return files, self.worker.call("read_dataset", files)
+        except WorkerFailure as failure:
+            raise RuntimeError(f"{self.ref.id} could not write {stem}: {self.worker.keep_log(failure).reason}") from None
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker.discard_log()
+
+
+def dataset_writers(refs: list[BackendRef]) -> dict[str, DatasetWriter]:
+    """One writer per dataset format, from the first available backend that trains from it."""
+    writers: dict[str, DatasetWriter] = {}
+    for ref in refs:
+        fmt = ref.backend.describe().data_format
+        if fmt and fmt not in writers and ref.unavailable_reason() is None:
+            writers[fmt] = DatasetWriter(ref)
+    return writers
+
+
+def convert_dataset(source: str, out: Path, refs: list[BackendRef], preset: str | None = None,
+                    seed: int = 0) -> dict[str, Any]:
+    """``accelbench data``: the source in every installed framework's format, verified."""
+    writers = dataset_writers(refs)
+    try:
+        return datasets.convert(source, out, writers, preset, seed)
+    finally:
+        for writer in writers.values():
+            writer.close()
+
+
+def default_dataset(refs: list[BackendRef]) -> Path:
+    """The embedded digits, converted once (for every installed format) into the user's cache."""
+    writers = dataset_writers(refs)
+    try:
+        return datasets.default_digits(datasets.cache_folder(), writers)
+    finally:
+        for writer in writers.values():
+            writer.close()

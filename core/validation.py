@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import UsageError
 
-RESULT_SCHEMA_VERSION = "1.1.0"  # 1.1: optional cost block
+RESULT_SCHEMA_VERSION = "1.2.0"  # 1.1: optional cost block; 1.2: train mode (mode, training)
 
 
 @cache

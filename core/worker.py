@@ -4,7 +4,8 @@ The host sends commands over a pipe; the worker answers each with ``("ok", paylo
 ``("error", kind, message)``, and may send ``("progress", phase, done, total)`` meanwhile.
 
 Commands: ``check``, ``prepare``, ``run`` (the timing loop), ``step`` (one synced step, for
-pytest-benchmark), ``teardown``, ``serve`` (a distributed engine's service role), ``exit``.
+pytest-benchmark), ``teardown``, ``serve`` (a distributed engine's service role), ``exit``; train
+mode adds ``prepare_training``, ``train`` (core's epoch loop), ``write_dataset``, ``read_dataset``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import datasets, training
 from .backend import Backend
 from .config import RunConfig
 from .timing import run_timed
@@ -73,12 +75,22 @@ class _Session:
     def handle(self, command: str, args: list[Any]) -> Any:
         if command == "check":
             return self.backend.check(self.config)
-        if command == "prepare":
-            prepared = self.backend.prepare(self.config)
+        if command in ("prepare", "prepare_training"):
+            prepared = (self.backend.prepare(self.config) if command == "prepare"
+                        else self.backend.prepare_training(self.config, self._dataset()))
             self.steps_per_call = prepared.steps_per_call
             # evidence that each framework lives only in its own worker
             prepared.settings["frameworks_loaded"] = sorted(m for m in FRAMEWORK_MODULES if m in sys.modules)
             return asdict(prepared)
+        if command == "train":
+            spec = training.TrainSpec.from_dict(self.config.train)
+            steps = training.steps_per_epoch(self._dataset(), self.config.global_batch)
+            return training.train(self.backend, spec, steps, self.config.global_batch,
+                                  progress=self._progress).to_json()
+        if command == "write_dataset":
+            return self.backend.write_dataset(*args)
+        if command == "read_dataset":
+            return self.backend.read_dataset(*args)
         if command == "run":
             warmup_steps, timed_steps = args
             calls = [math.ceil(steps / self.steps_per_call) for steps in (warmup_steps, timed_steps)]
@@ -91,6 +103,9 @@ class _Session:
         if command == "serve":
             return self.backend.serve(self.config)
         raise ValueError(f"unknown worker command {command!r}")
+
+    def _dataset(self) -> dict[str, Any]:
+        return datasets.load(self.config.train["dataset"])
 
     def _progress(self, phase: str, done: int, total: int) -> None:
         self.conn.send(("progress", phase, done, total))

@@ -49,13 +49,33 @@ class TfBackend(RunBackend):
         self.run = TrainingRun(config, self.recipe(config))
         return self.run.prepared({"protocol": self.protocol})
 
+    # train mode (accelbench.training): TFRecord data, core's recipe
+    def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
+        from . import tf_training
 
-def import_tensorflow(config: RunConfig):
-    """Import TensorFlow with thread pools and logical devices set before it initialises."""
+        return tf_training.write_tfrecords(examples, stem)
+
+    def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
+        from . import tf_training
+
+        return tf_training.read_tfrecords(files)
+
+    def prepare_training(self, config: RunConfig, dataset: dict[str, Any]) -> Prepared:
+        from . import tf_training
+
+        self.run = tf_training.DatasetRun(config, dataset)
+        return self.run.prepared({"protocol": "train mode (accelbench.training recipe)"})
+
+
+def import_tensorflow(config: RunConfig | None):
+    """Import TensorFlow with thread pools and logical devices set before it initialises
+    (without a config: TensorFlow's defaults, for work that is not a run, e.g. writing data)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")
+    if config is None:
+        return tf
     tf.config.threading.set_intra_op_parallelism_threads(config.effective_threads)
     tf.config.threading.set_inter_op_parallelism_threads(config.inter_op_threads or 0)
     if config.device == "cpu" and config.device_count > 1:
@@ -101,9 +121,51 @@ def make_strategy(tf, config: RunConfig):
     return tf.distribute.MirroredStrategy(devices=devices)
 
 
-def resnet50(keras, variant: str, image_size: int, num_classes: int):
+def build_model(keras, config: RunConfig, channels: int = 3):
+    shape = (config.image_size, config.image_size, channels)
+    if config.model == "resnet_small":
+        return resnet_small(keras, shape, config.num_classes)
+    return resnet50(keras, config.variant, shape, config.num_classes)
+
+
+#: the small ResNet for small images: Gluon model zoo's ResNetV1(BasicBlockV1, SMALL_LAYERS,
+#: SMALL_CHANNELS, thumbnail=True), built here with the same layers (the mxnet_ngc plugin uses
+#: Gluon's own class), so both frameworks train one architecture
+SMALL_LAYERS = (2, 2, 2)
+SMALL_CHANNELS = (16, 16, 32, 64)
+
+
+def resnet_small(keras, input_shape: tuple[int, int, int], num_classes: int):
+    """A 3x3 stem convolution (no pooling), basic residual blocks, global pooling, dense logits.
+    Batch norm as Gluon's (momentum 0.9, epsilon 1e-5)."""
+    layers = keras.layers
+
+    def conv(x, channels, stride, kernel=3):
+        return layers.Conv2D(channels, kernel, stride, padding="same", use_bias=False)(x)
+
+    def norm(x):
+        return layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+
+    inputs = keras.Input(input_shape)
+    x = conv(inputs, SMALL_CHANNELS[0], 1)
+    in_channels = SMALL_CHANNELS[0]
+    for stage, (blocks, channels) in enumerate(zip(SMALL_LAYERS, SMALL_CHANNELS[1:])):
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            shortcut = x
+            if stride != 1 or channels != in_channels:
+                shortcut = norm(conv(x, channels, stride, kernel=1))
+            y = layers.ReLU()(norm(conv(x, channels, stride)))
+            x = layers.ReLU()(layers.Add()([norm(conv(y, channels, 1)), shortcut]))
+            in_channels = channels
+    x = layers.GlobalAveragePooling2D()(x)
+    outputs = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="resnet_small")
+
+
+def resnet50(keras, variant: str, input_shape: tuple[int, int, int], num_classes: int):
     """ResNet-50 from the Keras model zoo (v1: stride in the first 1x1), or v1.5 derived from it."""
-    model = keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3),
+    model = keras.applications.ResNet50(weights=None, input_shape=input_shape,
                                         classes=num_classes, classifier_activation=None)
     if variant == "v1.5":
         model = _strides_in_3x3(keras, model)
@@ -148,21 +210,24 @@ class TrainingRun:
         tf.random.set_seed(config.seed)
         self.strategy = make_strategy(tf, config)
         with self.strategy.scope():
-            self.model = resnet50(keras, config.variant, config.image_size, config.num_classes)
+            self.model = build_model(keras, config, self._input_channels())
             self.optimizer = self._optimizer(keras)
             # create the optimizer's slots now, under the strategy, not lazily in the first step
             self.optimizer._create_all_weights(self.model.trainable_variables)
         # weight decay on conv and dense kernels only, not batch-norm parameters or biases
         self.decayed = [v for v in self.model.trainable_variables if "kernel" in v.name]
-        self.images, self.labels = self._synthetic_data()
+        self.inputs = self._inputs()
         self._train = self._compile()
+
+    def _input_channels(self) -> int:
+        return 3
 
     def _optimizer(self, keras):
         lr = self.recipe.base_learning_rate * self.config.global_batch / 256
         sgd = keras.optimizers.legacy.SGD(lr, momentum=self.recipe.momentum, nesterov=self.recipe.nesterov)
         return keras.mixed_precision.LossScaleOptimizer(sgd) if self.policy == "mixed_float16" else sgd
 
-    def _synthetic_data(self):
+    def _inputs(self):
         """tf_cnn_benchmarks-style synthetic data, made once on each device and reused every step."""
         tf, cfg = self.tf, self.config
         shape = (cfg.per_device_batch, cfg.image_size, cfg.image_size, 3)
@@ -204,7 +269,7 @@ class TrainingRun:
         tf, steps = self.tf, self.recipe.steps_per_call
 
         def one_step():
-            per_replica = self.strategy.run(self._replica_step, args=(self.images, self.labels))
+            per_replica = self.strategy.run(self._replica_step, args=self.inputs)
             return self.strategy.reduce("SUM", per_replica, axis=None)
 
         @tf.function(jit_compile=self.recipe.jit_compile)

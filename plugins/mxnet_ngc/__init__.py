@@ -22,7 +22,7 @@ class NgcResNet50(RunBackend):
         default_precision="fp32", batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
         version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
         options={"kvstore": "kvstore across contexts: device (default) or local"},
-        distributed="dmlc_ps")
+        distributed="dmlc_ps", data_format="recordio", models=("resnet50", "resnet_small"))
 
     def check(self, config: RunConfig) -> str | None:
         from . import training
@@ -33,6 +33,23 @@ class NgcResNet50(RunBackend):
         from . import training
 
         self.run = training.GluonRun(config)
+        return self.run.prepared()
+
+    # train mode (accelbench.training): RecordIO data, core's recipe
+    def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
+        from . import dataset
+
+        return dataset.write_recordio(examples, stem)
+
+    def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
+        from . import dataset
+
+        return dataset.read_recordio(files)
+
+    def prepare_training(self, config: RunConfig, dataset: dict) -> Prepared:
+        from . import dataset as data
+
+        self.run = data.GluonDatasetRun(config, dataset)
         return self.run.prepared()
 
     def serve(self, config: RunConfig) -> None:

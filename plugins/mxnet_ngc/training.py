@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.backend import training_flops
@@ -53,6 +54,16 @@ def device_problem(config: RunConfig) -> str | None:
     return None
 
 
+def build_network(vision, config: RunConfig):
+    if config.model == "resnet_small":
+        # the same architecture the TF plugins build (tf_common.resnet_small): Gluon's own class
+        from accelbench.plugins.tf_common import SMALL_CHANNELS, SMALL_LAYERS
+
+        return vision.ResNetV1(vision.BasicBlockV1, list(SMALL_LAYERS), list(SMALL_CHANNELS),
+                               classes=config.num_classes, thumbnail=True)
+    return resnet50(vision, config.variant, config.num_classes)
+
+
 def resnet50(vision, variant: str, num_classes: int):
     """Gluon model-zoo ResNet-50 v1; for v1.5 each downsampling block's stride moves to its 3x3."""
     net = vision.resnet50_v1(classes=num_classes)
@@ -63,13 +74,13 @@ def resnet50(vision, variant: str, num_classes: int):
     return net
 
 
-def forward_macs(mx, net, image_size: int) -> int:
+def forward_macs(mx, net, image_size: int, channels: int = 3) -> int:
     """Multiply-adds of one image's forward pass, counted on the network's symbol graph."""
     import numpy as np
 
     sym = net(mx.sym.var("data"))
     internals = sym.get_internals()
-    arg_shapes, out_shapes, _ = internals.infer_shape(data=(1, 3, image_size, image_size))
+    arg_shapes, out_shapes, _ = internals.infer_shape(data=(1, channels, image_size, image_size))
     outputs = dict(zip(internals.list_outputs(), out_shapes))
     args = dict(zip(internals.list_arguments(), arg_shapes))
     nodes = json.loads(sym.tojson())["nodes"]
@@ -99,8 +110,8 @@ class GluonRun:
             amp.init(target_dtype="bfloat16")  # must precede building the network
         maker = mx.gpu if config.device == "gpu" else mx.cpu
         self.contexts = [maker(i) for i in range(config.device_count)]
-        net = resnet50(vision, config.variant, config.num_classes)
-        self.macs = forward_macs(mx, net, config.image_size)
+        net = build_network(vision, config)
+        self.macs = forward_macs(mx, net, config.image_size, self._input_channels())
         net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self.contexts)
         dtype = "float16" if config.precision == "fp16" else "float32"
         if dtype == "float16":
@@ -109,14 +120,22 @@ class GluonRun:
         self.net = net
         # several workers: MXNet's dist_sync kvstore over ps-lite (the launch layer set DMLC_*)
         self.kvstore = "dist_sync" if config.workers > 1 else config.options.get("kvstore", "device")
-        lr = BASE_LEARNING_RATE * config.global_batch / 256
-        self.trainer = gluon.Trainer(net.collect_params(), "sgd",
-                                     {"learning_rate": lr, "momentum": 0.9, "wd": WEIGHT_DECAY,
-                                      "multi_precision": dtype == "float16"}, kvstore=self.kvstore)
+        self.optimizer_name, params = self._optimizer()
+        self.trainer = gluon.Trainer(net.collect_params(), self.optimizer_name,
+                                     {**params, "multi_precision": dtype == "float16"}, kvstore=self.kvstore)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-        self.data = [self._synthetic(ctx, dtype) for ctx in self.contexts]
-        self.settings = {"learning_rate": lr, "momentum": 0.9, "weight_decay": WEIGHT_DECAY,
-                         "dtype": dtype}
+        self.data = self._inputs(dtype)
+        self.settings = {**params, "dtype": dtype}
+
+    def _input_channels(self) -> int:
+        return 3
+
+    def _optimizer(self) -> tuple[str, dict[str, Any]]:
+        lr = BASE_LEARNING_RATE * self.config.global_batch / 256
+        return "sgd", {"learning_rate": lr, "momentum": 0.9, "wd": WEIGHT_DECAY}
+
+    def _inputs(self, dtype: str):
+        return [self._synthetic(ctx, dtype) for ctx in self.contexts]
 
     def _synthetic(self, ctx, dtype: str):
         """NGC's synthetic iterator: uniform [-1, 1] images, random labels; made once per device."""
@@ -127,9 +146,13 @@ class GluonRun:
         return images, labels
 
     def step(self) -> float:
+        return self._step(self.data)
+
+    def _step(self, pairs) -> float:
+        """Forward, backward and update over (images, labels) per context, synced on the host."""
         autograd = self.mx.autograd
         with autograd.record():
-            losses = [self.loss_fn(self.net(x).astype("float32"), y) for x, y in self.data]
+            losses = [self.loss_fn(self.net(x).astype("float32"), y) for x, y in pairs]
         autograd.backward(losses)
         self.trainer.step(self.config.global_batch)
         # MXNet returns before the work is done; wait for every pending op (the update included)
@@ -152,7 +175,8 @@ class GluonRun:
                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                 "mkldnn": mx.runtime.Features().is_enabled("MKLDNN"),
                 "layout": "NCHW",
-                "optimizer": "gluon.Trainer sgd (momentum)",
+                # "nag": SGD with Nesterov momentum
+                "optimizer": f"gluon.Trainer {self.optimizer_name}",
             })
 
     def weights_checksum(self) -> float:

@@ -26,7 +26,7 @@ class TfCnnResNet50(TfBackend):
         default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
         options={"jit_compile": "compile the step with XLA (default false: slower on CPU)"},
-        distributed="tf_config")
+        distributed="tf_config", data_format="tfrecord", models=("resnet50", "resnet_small"))
     protocol = "tf_cnn_benchmarks"
 
     def recipe(self, config: RunConfig) -> Recipe:

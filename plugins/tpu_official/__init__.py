@@ -28,7 +28,7 @@ class OfficialTpuResNet50(TfBackend):
         description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
         options={"steps_per_loop": f"training steps per host round-trip (default {DEFAULT_STEPS_PER_LOOP})",
                  "tpu": "TPU name or address for TPUClusterResolver (default local)"},
-        distributed="tf_config")
+        distributed="tf_config", data_format="tfrecord", models=("resnet50", "resnet_small"))
     protocol = "official TPU ResNet-50 (iterations_per_loop)"
 
     def check(self, config: RunConfig) -> str | None:

@@ -1,0 +1,214 @@
+"""Real datasets for train mode: one source, converted once into every framework's format.
+
+A *source* is an image folder with ``train/`` and ``val/`` sub-folders, each holding one folder
+per class (ImageNet's layout). The embedded default, ``digits``, is scikit-learn's bundled
+handwritten digits (1,797 8x8 images, 10 classes, no download), written first as such a folder of
+PNGs, so it goes through exactly the path a real ImageNet copy takes.
+
+Each format is written by the framework that reads it (TFRecord by TensorFlow, RecordIO by
+MXNet), in that framework's worker process, from the source files' bytes unchanged. Every record
+is then read back by the same framework and compared with its source file (sha256 and label).
+The manifest ``dataset.json`` is written last, atomically: a folder without it is not a dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import validation
+from .errors import UsageError
+
+MANIFEST = "dataset.json"
+DATASET_SCHEMA_VERSION = "1.0.0"
+SPLITS = ("train", "val")
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".JPEG", ".JPG", ".PNG"}
+#: images decoded to measure the per-channel mean and standard deviation of the training split
+STATS_SAMPLE = 2000
+DIGITS_VAL_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Example:
+    path: str
+    label: int
+
+
+def index_folder(root: Path) -> tuple[list[str], dict[str, list[Example]]]:
+    """Class names (sorted train sub-folders) and each split's examples, in a fixed order."""
+    for split in SPLITS:
+        if not (root / split).is_dir():
+            raise UsageError(f"{root}: no {split}/ folder (expected {root}/train/<class>/... and {root}/val/<class>/...)")
+    classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    if len(classes) < 2:
+        raise UsageError(f"{root}/train: need at least 2 class folders, found {len(classes)}")
+    unknown = sorted({p.name for p in (root / "val").iterdir() if p.is_dir()} - set(classes))
+    if unknown:
+        raise UsageError(f"{root}/val: class folder {unknown[0]!r} is not in train/")
+    splits = {split: [Example(str(f), label) for label, name in enumerate(classes)
+                      for f in sorted((root / split / name).glob("*")) if f.suffix in IMAGE_SUFFIXES]
+              for split in SPLITS}
+    for split, examples in splits.items():
+        if not examples:
+            raise UsageError(f"{root}/{split}: no images (.png or .jpg)")
+    return classes, splits
+
+
+def write_digits_folder(root: Path, seed: int = 0) -> None:
+    """scikit-learn's digits as an image folder: 8-bit grayscale PNGs, a seeded stratified split."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    # the source values are 0..16; x16 (clipped to 255) keeps every level distinct in 8 bits
+    pixels = np.clip(digits.images * 16, 0, 255).astype(np.uint8)
+    order = np.arange(len(pixels))
+    train, val = train_test_split(order, test_size=DIGITS_VAL_FRACTION, random_state=seed,
+                                  stratify=digits.target)
+    for split, chosen in (("train", train), ("val", val)):
+        for i in sorted(chosen):
+            folder = root / split / str(digits.target[i])
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels[i], mode="L").save(folder / f"{i:04d}.png")
+
+
+def digits_pixels() -> tuple["Any", "Any"]:
+    """The digits as the folder stores them (uint8 8x8) and their labels, for tests."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    return np.clip(digits.images * 16, 0, 255).astype(np.uint8), digits.target
+
+
+def image_statistics(examples: list[Example], seed: int = 0) -> dict[str, Any]:
+    """Shape (when every sampled image has the same one), channels, per-channel mean and std."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    picked = examples if len(examples) <= STATS_SAMPLE else [
+        examples[i] for i in sorted(rng.choice(len(examples), STATS_SAMPLE, replace=False))]
+    images = [Image.open(example.path) for example in picked]
+    # grayscale only when every sampled image is (ImageNet mixes a few grayscale JPEGs into RGB)
+    mode = "L" if all(image.mode == "L" for image in images) else "RGB"
+    arrays = [np.asarray(image.convert(mode)) for image in images]
+    for image in images:
+        image.close()
+    channels = 1 if mode == "L" else 3
+    shapes = {a.shape[:2] for a in arrays}
+    flat = np.concatenate([a.reshape(-1, channels).astype(np.float64) for a in arrays])
+    size = shapes.pop() if len(shapes) == 1 else None
+    return {"height": size[0] if size else None, "width": size[1] if size else None, "channels": channels,
+            "mean": [float(v) for v in flat.mean(axis=0)], "std": [float(v) for v in flat.std(axis=0)],
+            "statistics_images": len(picked)}
+
+
+def file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def convert(source: str, out: Path, writers: dict[str, "Writer"], preset: str | None = None,
+            seed: int = 0) -> dict[str, Any]:
+    """Convert ``source`` ("digits" or an image folder) into every format in ``writers`` under ``out``.
+
+    ``writers`` maps a format name to a callable (examples, stem) -> (files, [(sha256, label)...])
+    that writes one split and reads it back. Nothing is left behind when any step fails.
+    """
+    if (out / MANIFEST).exists() or (out.exists() and any(out.iterdir())):
+        raise UsageError(f"{out} exists and is not empty; choose a new folder")
+    if not writers:
+        raise UsageError("no framework that writes a dataset format is installed")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        manifest = _convert_into(source, out, writers, preset, seed)
+        write_manifest(out, manifest)
+        return manifest
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for child in out.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+
+
+Writer = Callable[[list[Example], str], tuple[list[str], list[tuple[str, int]]]]
+
+
+def _convert_into(source: str, out: Path, writers: dict[str, Writer], preset: str | None, seed: int) -> dict[str, Any]:
+    if source == "digits":
+        root, name, preset = out / "images", "digits", preset or "small"
+        write_digits_folder(root, seed)
+    else:
+        root, name, preset = Path(source), Path(source).resolve().name, preset or "imagenet"
+        if not root.is_dir():
+            raise UsageError(f"dataset source {source!r} is neither 'digits' nor a folder")
+    classes, splits = index_folder(root)
+    manifest = {"schema_version": DATASET_SCHEMA_VERSION, "name": name, "source": str(root.resolve()),
+                "preset": preset, "classes": classes, "num_classes": len(classes),
+                "splits": {split: {"count": len(ex)} for split, ex in splits.items()},
+                "image": image_statistics(splits["train"], seed), "formats": {}}
+    for fmt, write in writers.items():
+        (out / fmt).mkdir()
+        manifest["formats"][fmt] = {}
+        for split, examples in splits.items():
+            files, read_back = write(examples, str(out / fmt / split))
+            _verify(fmt, split, examples, read_back)
+            manifest["formats"][fmt][split] = [os.path.relpath(f, out) for f in files]
+    manifest["verified"] = "every record read back by its framework equals its source file (sha256, label)"
+    return manifest
+
+
+def _verify(fmt: str, split: str, examples: list[Example], read_back: list[tuple[str, int]]) -> None:
+    expected = [(file_digest(e.path), e.label) for e in examples]
+    if len(read_back) != len(expected):
+        raise RuntimeError(f"{fmt} {split}: wrote {len(expected)} examples, read back {len(read_back)}")
+    for i, (want, got) in enumerate(zip(expected, map(tuple, read_back))):
+        if want != got:
+            raise RuntimeError(f"{fmt} {split}: example {i} ({examples[i].path}) differs after the round trip")
+
+
+def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    validation.validate_or_raise("dataset", manifest, what="dataset manifest")
+    fd, tmp = tempfile.mkstemp(prefix=".dataset.", suffix=".tmp", dir=out)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(manifest, fh, indent=1)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, out / MANIFEST)
+
+
+def load(folder: str | Path) -> dict[str, Any]:
+    """A converted dataset's manifest, with ``root`` (absolute folder) added; UsageError if not one."""
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        raise UsageError(f"{folder}: not a converted dataset (no {MANIFEST}); run `accelbench data SOURCE {folder}`")
+    manifest = json.loads(path.read_text())
+    validation.validate_or_raise("dataset", manifest, what=f"dataset manifest {path}")
+    return {**manifest, "root": str(Path(folder).resolve())}
+
+
+def default_digits(cache: Path, writers: dict[str, Writer]) -> Path:
+    """The digits dataset converted once into the user's cache, reused afterwards."""
+    folder = cache / "digits"
+    if (folder / MANIFEST).is_file():
+        manifest = load(folder)
+        if set(writers) <= set(manifest["formats"]):
+            return folder
+        shutil.rmtree(folder)
+    convert("digits", folder, writers)
+    return folder
+
+
+def cache_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "accelbench" / "datasets"

@@ -1,0 +1,209 @@
+"""Train mode: time to accuracy on a real dataset, with one recipe for every framework.
+
+The epoch loop lives here, in core, like the timing loop: a backend only prepares the model and
+its input pipeline, runs one synced step at the learning rate it is given, and evaluates the
+held-out split. So the learning-rate schedule (scaled by batch/256, linear warm-up, step decays),
+the evaluation cadence and the stopping rule are the same in every framework, and a difference in
+accuracy is the framework's, not the recipe's. Key names follow MLPerf Training's
+(``epoch_num``, ``eval_accuracy``, ``global_batch_size``, ``opt_base_learning_rate``, ...).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable
+
+from .errors import UsageError
+from .timing import run_timed
+
+#: defaults per dataset preset (the manifest says which); every field can be overridden
+PRESETS: dict[str, dict[str, Any]] = {
+    # the 2018 study's ImageNet recipe (and MLPerf's ResNet-50 target top-1)
+    "imagenet": {"model": "resnet50", "image_size": 224, "global_batch": 256, "max_epochs": 90,
+                 "target_top1": 0.759, "augmentation": "imagenet", "base_learning_rate": 0.1,
+                 "warmup_epochs": 5.0, "decay_epochs": [30, 60, 80]},
+    # small images (the embedded digits): a small ResNet, no crop or flip (a flipped digit is another)
+    "small": {"model": "resnet_small", "image_size": None, "global_batch": 64, "max_epochs": 20,
+              "target_top1": 0.95, "augmentation": "none", "base_learning_rate": 0.4,
+              "warmup_epochs": 1.0, "decay_epochs": [12, 16]},
+}
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What train mode runs, beyond the RunConfig: dataset, stopping rule and the recipe."""
+
+    dataset: str
+    target_top1: float
+    max_epochs: int
+    eval_every: int = 1
+    stop_at_target: bool = True
+    augmentation: str = "none"
+    #: learning rate per 256 images: the run uses base * global_batch / 256
+    base_learning_rate: float = 0.1
+    warmup_epochs: float = 0.0
+    decay_epochs: tuple[int, ...] = ()
+    decay_factor: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = False
+    #: L2 weight decay on convolution and dense weights, never on batch-norm parameters or biases
+    weight_decay: float = 1e-4
+    label_smoothing: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainSpec":
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["decay_epochs"] = tuple(values.get("decay_epochs", ()))
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["decay_epochs"] = list(self.decay_epochs)
+        return out
+
+    def peak_learning_rate(self, global_batch: int) -> float:
+        return self.base_learning_rate * global_batch / 256
+
+    def learning_rate(self, epoch: float, global_batch: int) -> float:
+        """The rate at fractional epoch ``epoch`` (0 = first step): linear warm-up, then step decays."""
+        rate = self.peak_learning_rate(global_batch)
+        if epoch < self.warmup_epochs:
+            return rate * epoch / self.warmup_epochs
+        return rate * self.decay_factor ** sum(epoch >= boundary for boundary in self.decay_epochs)
+
+
+@dataclass
+class EpochRow:
+    epoch_num: int
+    #: the rate of the epoch's last step
+    learning_rate: float
+    train_loss: float | None
+    train_time_s: float
+    wall_time_s: float
+    eval_accuracy: float | None = None
+    eval_top5_accuracy: float | None = None
+    eval_loss: float | None = None
+
+
+@dataclass
+class TrainingResult:
+    steps_per_epoch: int
+    curve: list[EpochRow] = field(default_factory=list)
+    epochs_to_target: int | None = None
+    time_to_target_s: float | None = None
+    train_time_s: float = 0.0
+    eval_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    #: the timing loop's result for the epochs after the first (the first includes compilation)
+    steady: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
+          progress: Callable[[str, int, int], None] | None = None) -> TrainingResult:
+    """Train epoch by epoch, evaluating every ``eval_every`` epochs (and after the last one).
+
+    Wall time counts everything from the first step: training, evaluation, the input pipeline,
+    as MLPerf's time to train does. ``train_time_s`` is the training steps alone.
+    """
+    result = TrainingResult(steps_per_epoch)
+    start = time.perf_counter()
+    steady_times: list[float] = []
+    steady_losses: list[float | None] = []
+    for epoch in range(1, spec.max_epochs + 1):
+        rates = epoch_rates(spec, epoch, steps_per_epoch, global_batch)
+        feed = iter(rates)
+        timing = run_timed(lambda: backend.train_step(next(feed)), 0, steps_per_epoch)
+        result.train_time_s += timing.wall_time_s
+        finite = [x for x in timing.losses if x is not None]
+        row = EpochRow(epoch, rates[-1],
+                       sum(finite) / len(finite) if finite else None, result.train_time_s,
+                       time.perf_counter() - start)
+        if epoch > 1 or spec.max_epochs == 1:
+            steady_times += timing.step_times
+            steady_losses += timing.losses
+        if epoch % spec.eval_every == 0 or epoch == spec.max_epochs:
+            _evaluate(backend, row, result, start)
+            if result.epochs_to_target is None and row.eval_accuracy >= spec.target_top1:
+                result.epochs_to_target, result.time_to_target_s = epoch, row.wall_time_s
+        result.curve.append(row)
+        if progress:
+            progress("epoch", epoch, spec.max_epochs)
+        if result.epochs_to_target is not None and spec.stop_at_target:
+            break
+    result.wall_time_s = time.perf_counter() - start
+    result.steady = {"step_times": steady_times, "wall_time_s": sum(steady_times),
+                     "timed_calls": len(steady_times), "steps_per_call": 1, "losses": steady_losses}
+    return result
+
+
+def steps_per_epoch(dataset: dict[str, Any], global_batch: int) -> int:
+    """Whole batches per pass over the training split (the last partial batch is dropped)."""
+    return dataset["splits"]["train"]["count"] // global_batch
+
+
+def epoch_rates(spec: TrainSpec, epoch: int, steps_per_epoch: int, global_batch: int) -> list[float]:
+    """The learning rate of every step of epoch ``epoch`` (1-based), at the fractional epoch where
+    the step starts (as the official TPU ResNet computes it: warm-up from 0, per step)."""
+    return [spec.learning_rate(epoch - 1 + step / steps_per_epoch, global_batch) for step in range(steps_per_epoch)]
+
+
+def _evaluate(backend, row: EpochRow, result: TrainingResult, start: float) -> None:
+    began = time.perf_counter()
+    scores = backend.evaluate()
+    result.eval_time_s += time.perf_counter() - began
+    row.eval_accuracy, row.eval_top5_accuracy, row.eval_loss = scores["top1"], scores.get("top5"), scores.get("loss")
+    row.wall_time_s = time.perf_counter() - start
+
+
+def summary(result: dict[str, Any], spec: TrainSpec, global_batch: int) -> dict[str, Any]:
+    """The record's ``training`` block from the worker's result."""
+    evaluated = [row for row in result["curve"] if row["eval_accuracy"] is not None]
+    best = max(evaluated, key=lambda row: row["eval_accuracy"], default=None)
+    epochs = len(result["curve"])
+    return {
+        "dataset": spec.dataset,
+        "target_top1": spec.target_top1,
+        "target_reached": result["epochs_to_target"] is not None,
+        "epochs_to_target": result["epochs_to_target"],
+        "time_to_target_s": result["time_to_target_s"],
+        "best_eval_accuracy": best["eval_accuracy"] if best else None,
+        "best_epoch": best["epoch_num"] if best else None,
+        "epochs_run": epochs,
+        "wall_time_s": result["wall_time_s"],
+        "train_time_s": result["train_time_s"],
+        "eval_time_s": result["eval_time_s"],
+        "train_images_per_sec": epochs * result["steps_per_epoch"] * global_batch / result["train_time_s"]
+        if result["train_time_s"] > 0 else None,
+        "global_batch_size": global_batch,
+        "opt_base_learning_rate": spec.peak_learning_rate(global_batch),
+        "recipe": spec.to_dict(),
+        "curve": result["curve"],
+    }
+
+
+def run_config_data(dataset: dict[str, Any], run: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """RunConfig data for train mode: the dataset preset's defaults, under what the user gave.
+
+    ``run`` holds RunConfig fields, ``spec`` TrainSpec fields; None means "not given".
+    """
+    preset = PRESETS[dataset["preset"]]
+    spec_fields = {f.name for f in fields(TrainSpec)}
+    train = {k: v for k, v in preset.items() if k in spec_fields}
+    train.update({k: v for k, v in spec.items() if v is not None})
+    train["dataset"] = dataset["root"]
+    train = TrainSpec.from_dict(train).to_dict()  # every field, defaults included, in the record
+    given = {k: v for k, v in run.items() if v is not None}
+    data = {"mode": "train", "data": dataset["name"], "model": preset["model"], "trials": 1,
+            "num_classes": dataset["num_classes"], "train": train, "warmup_steps": 0}
+    if "global_batch" not in given and "per_device_batch" not in given:
+        data["global_batch"] = preset["global_batch"]
+    data["image_size"] = preset["image_size"] or dataset["image"]["height"]
+    data.update(given)
+    if data["image_size"] is None:
+        raise UsageError(f"the images of {dataset['root']} differ in size: give --image-size")
+    return data
