@@ -302,7 +302,7 @@ def train(plugin_names, backend_names, data_dir, timeout, output, prices, price,
     from .config import RunConfig
     from .console import RunProgress, TrainingTable
 
-    refs = _selected(plugin_names, backend_names)
+    refs = _selected(plugin_names, backend_names, training=True)
     if isinstance(flags.get("decay_epochs"), str):
         flags["decay_epochs"] = _int_list(flags["decay_epochs"], "--decay-epochs")
     dataset = datasets.load(data_dir or runner.default_dataset(refs))
@@ -368,14 +368,16 @@ def _option(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...]):
+def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...], training: bool = False):
     from .registry import PluginHost
     refs = PluginHost().select(plugin_names, backend_names)
     if plugin_names or backend_names:
         return refs  # asked for by name: an unavailable one still gets a record saying why
-    available = [r for r in refs if r.unavailable_reason() is None]
+    available = [r for r in refs if r.unavailable_reason() is None
+                 and (not training or r.backend.describe().data_format)]
     if not available:
-        raise UsageError("no backend is available: install a framework, e.g. pip install 'accelbench[all]'")
+        raise UsageError("no backend is available" + (" that trains" if training else "")
+                         + ": install a framework, e.g. pip install 'accelbench[all]'")
     return available
 
 

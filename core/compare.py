@@ -83,10 +83,12 @@ def _backend_id(record: dict[str, Any]) -> str:
 
 
 def config_key(record: dict[str, Any]) -> str:
-    """What must match for two runs to be compared: model, precision, device, batch, image size."""
-    d = record["device"]
-    return (f"{record['model']['name']} {record['precision']} {d['kind']}x{d['count']} "
-            f"batch {record['batch']['global']} {record['image_size']}px")
+    """What must match for two runs to be compared: model and variant, precision, device, batch,
+    image size, and for train-mode records the dataset (their throughput includes its pipeline)."""
+    d, model = record["device"], record["model"]
+    mode = f" train on {record['data']['source']}" if record.get("mode") == "train" else ""
+    return (f"{' '.join(filter(None, (model['name'], model['variant'])))} {record['precision']} {d['kind']}x{d['count']} "
+            f"batch {record['batch']['global']} {record['image_size']}px{mode}")
 
 
 def compare(runs: list[Run], tolerance: float | None, seed: int = 0) -> list[Comparison]:
@@ -96,7 +98,7 @@ def compare(runs: list[Run], tolerance: float | None, seed: int = 0) -> list[Com
     results = [_compare_pair(a, b, key, tolerance, seed)
                for key, members in groups.items() for a, b in combinations(members, 2)]
     if not results:
-        raise UsageError("no two ok runs share a config (model, precision, device, batch, image size)")
+        raise UsageError("no two ok runs share a config (model, variant, precision, device, batch, image size)")
     return results
 
 

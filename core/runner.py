@@ -409,13 +409,20 @@ class DatasetWriter:
         self.ref, self.worker = ref, None
 
     def __call__(self, examples: list, stem: str) -> tuple[list[str], list[tuple[str, int]]]:
+        files = self._call("write_dataset", [(e.path, e.label) for e in examples], stem)
+        return files, self.read(files)
+
+    def read(self, files: list[str]) -> list[tuple[str, int]]:
+        """(sha256, label) of every record of these files, read by the framework."""
+        return [tuple(item) for item in self._call("read_dataset", files)]
+
+    def _call(self, command: str, *args: Any) -> Any:
         if self.worker is None:
             self.worker = Worker(self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data")
         try:
-            files = self.worker.call("write_dataset", [(e.path, e.label) for e in examples], stem)
-            return files, self.worker.call("read_dataset", files)
+            return self.worker.call(command, *args)
         except WorkerFailure as failure:
-            raise RuntimeError(f"{self.ref.id} could not write {stem}: {self.worker.keep_log(failure).reason}") from None
+            raise RuntimeError(f"{self.ref.id}: {command} failed: {self.worker.keep_log(failure).reason}") from None
 
     def close(self) -> None:
         if self.worker is not None:

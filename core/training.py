@@ -96,7 +96,8 @@ class TrainingResult:
     train_time_s: float = 0.0
     eval_time_s: float = 0.0
     wall_time_s: float = 0.0
-    #: the timing loop's result for the epochs after the first (the first includes compilation)
+    #: the timing loop's result for the epochs after the first (the first includes compilation),
+    #: or for the first when no other ran
     steady: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -123,7 +124,9 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
         row = EpochRow(epoch, rates[-1],
                        sum(finite) / len(finite) if finite else None, result.train_time_s,
                        time.perf_counter() - start)
-        if epoch > 1 or spec.max_epochs == 1:
+        if epoch == 1:
+            first = timing
+        else:
             steady_times += timing.step_times
             steady_losses += timing.losses
         if epoch % spec.eval_every == 0 or epoch == spec.max_epochs:
@@ -136,6 +139,8 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
         if result.epochs_to_target is not None and spec.stop_at_target:
             break
     result.wall_time_s = time.perf_counter() - start
+    if not steady_times:  # one epoch only: its steps are all there is
+        steady_times, steady_losses = first.step_times, first.losses
     result.steady = {"step_times": steady_times, "wall_time_s": sum(steady_times),
                      "timed_calls": len(steady_times), "steps_per_call": 1, "losses": steady_losses}
     return result

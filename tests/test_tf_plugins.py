@@ -65,7 +65,7 @@ def test_flops_counted_from_the_model_v1_and_v15():
 def test_v15_moves_the_stride_into_the_3x3():
     code = ("import tf_keras as k\n"
             "from accelbench.plugins.tf_common import resnet50\n"
-            "m = resnet50(k, 'v1.5', 224, 1000)\n"
+            "m = resnet50(k, 'v1.5', (224, 224, 3), 1000)\n"
             "s = {l.name: l.strides for l in m.layers if l.name.startswith('conv3_block1_') and hasattr(l, 'strides')}\n"
             "print(s['conv3_block1_1_conv'], s['conv3_block1_2_conv'], s['conv3_block1_0_conv'], m.output_shape)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

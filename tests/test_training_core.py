@@ -129,3 +129,8 @@ def test_a_folder_without_manifest_is_not_a_dataset(tmp_path):
     (tmp_path / "dataset.json").write_text(json.dumps({"name": "x"}))
     with pytest.raises(UsageError, match="invalid dataset manifest"):
         datasets.load(tmp_path)
+
+
+def test_a_single_epoch_run_times_that_epoch():
+    result = training.train(ScriptedBackend([0.99]), spec(max_epochs=1), steps_per_epoch=5, global_batch=64)
+    assert result.steady["timed_calls"] == 5 and result.steady["wall_time_s"] == pytest.approx(result.train_time_s)

@@ -1,0 +1,181 @@
+"""Train mode end to end on the CPU: `accelbench data` writes TFRecord and RecordIO that read back
+equal to the source, and every framework trains the digits to the target from them."""
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import load_records
+
+# the test process never imports a framework: only workers do
+MISSING = [name for name in ("tensorflow", "mxnet") if importlib.util.find_spec(name) is None]
+if MISSING:
+    pytest.skip(f"train-mode tests need TensorFlow and MXNet ({', '.join(MISSING)} missing)", allow_module_level=True)
+pytestmark = [pytest.mark.tf, pytest.mark.mxnet]
+
+DIGITS_EPOCH_BUDGET = 15
+TARGET = 0.95
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory) -> Path:
+    """The digits, converted once for the session through `accelbench data`'s code path."""
+    from accelbench import runner
+    from accelbench.registry import PluginHost
+
+    out = tmp_path_factory.mktemp("data") / "digits"
+    runner.convert_dataset("digits", out, PluginHost().backends())
+    return out
+
+
+def train(digits: Path, plugin: str, **changes) -> dict:
+    """One train-mode run through the host (worker process, core's epoch loop), schema-checked."""
+    from accelbench import datasets, records, runner, training
+    from accelbench.config import RunConfig
+    from accelbench.registry import PluginHost
+
+    run = {k: v for k, v in changes.items() if k not in training.TrainSpec.__dataclass_fields__}
+    spec = {"max_epochs": DIGITS_EPOCH_BUDGET, **{k: v for k, v in changes.items() if k not in run}}
+    config = RunConfig.from_dict(training.run_config_data(datasets.load(digits), run, spec))
+    [record] = runner.execute(runner.plan(PluginHost().select([plugin]), config), records.check)
+    return record
+
+
+def test_both_formats_read_back_equal_to_the_digits(digits):
+    from PIL import Image
+
+    from accelbench import datasets
+    from accelbench.registry import PluginHost
+    from accelbench.runner import dataset_writers
+
+    manifest = datasets.load(digits)
+    assert set(manifest["formats"]) == {"tfrecord", "recordio"}
+    pixels, labels = datasets.digits_pixels()
+    writers = dataset_writers(PluginHost().backends())
+    try:
+        for fmt, writer in writers.items():
+            for split in ("train", "val"):
+                read_back = writer.read([str(digits / f) for f in manifest["formats"][fmt][split]])
+                folder = digits / "images" / split
+                sources = sorted(folder.glob("*/*.png"), key=lambda p: (int(p.parent.name), p.name))
+                assert [(datasets.file_digest(str(p)), int(p.parent.name)) for p in sources] == \
+                       read_back, f"{fmt} {split}"
+                for path in sources:  # and each stored image is the digit itself
+                    index = int(path.stem)
+                    assert labels[index] == int(path.parent.name)
+                    assert np.array_equal(np.asarray(Image.open(io.BytesIO(path.read_bytes()))), pixels[index])
+    finally:
+        for writer in writers.values():
+            writer.close()
+    counts = manifest["splits"]
+    assert counts["train"]["count"] + counts["val"]["count"] == len(pixels) == 1797
+
+
+@pytest.mark.parametrize("plugin, precision", [("tf_benchmarks", "fp32"), ("mxnet_ngc", "fp32"),
+                                               ("tpu_official", "bf16")])
+def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precision):
+    record = train(digits, plugin, precision=precision)
+    assert record["status"] == "ok", record["reason"]
+    assert record["mode"] == "train" and record["precision"] == precision
+    t = record["training"]
+    assert t["target_reached"], t["curve"]
+    assert t["epochs_to_target"] <= DIGITS_EPOCH_BUDGET
+    assert t["best_eval_accuracy"] >= TARGET
+    curve = t["curve"]
+    assert curve[-1]["eval_accuracy"] >= TARGET > curve[0]["eval_accuracy"]
+    assert curve[-1]["train_loss"] < curve[0]["train_loss"]
+    assert len(curve) == t["epochs_to_target"]  # stopped at the target
+    assert t["time_to_target_s"] == curve[-1]["wall_time_s"] > t["train_time_s"] > 0
+    assert record["model"] == {"name": "resnet_small", "variant": None}
+    assert record["image_size"] == 8 and record["batch"]["global"] == 64
+    assert t["preprocessing"]["augmentation"] == "none"
+    assert record["throughput"]["images_per_sec"] > 0
+
+
+def test_the_same_seed_gives_the_same_curve_twice(digits):
+    for plugin in ("tf_benchmarks", "mxnet_ngc"):
+        first, second = (train(digits, plugin, seed=5, max_epochs=3, stop_at_target=False) for _ in range(2))
+        curves = [[(row["eval_accuracy"], row["train_loss"]) for row in r["training"]["curve"]] for r in (first, second)]
+        assert curves[0] == curves[1], plugin
+        other = train(digits, plugin, seed=6, max_epochs=3, stop_at_target=False)
+        assert [(row["eval_accuracy"], row["train_loss"]) for row in other["training"]["curve"]] != curves[0]
+
+
+def test_a_target_out_of_reach_is_recorded_as_not_reached(digits):
+    record = train(digits, "mxnet_ngc", max_epochs=2, target_top1=0.999)
+    assert record["status"] == "ok", record["reason"]
+    t = record["training"]
+    assert not t["target_reached"] and t["epochs_to_target"] is None and t["time_to_target_s"] is None
+    assert t["epochs_run"] == 2 and t["best_eval_accuracy"] == max(r["eval_accuracy"] for r in t["curve"])
+
+
+def test_train_command_on_an_image_folder_with_imagenet_preprocessing(accelbench_cli, tmp_path):
+    """The path a real ImageNet copy takes: folder → `accelbench data` → `accelbench train`,
+    random crops and flips, ResNet-50 (tiny images so it takes seconds), a price for the cost."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 16), ("val", 6)):
+        for label, name in enumerate(("n01440764", "n01443537")):
+            folder = tmp_path / "folder" / split / name
+            folder.mkdir(parents=True)
+            for i in range(count):
+                height, width = rng.integers(36, 60, 2)
+                image = (rng.random((height, width, 3)) * 80 + 120 * label).astype(np.uint8)
+                Image.fromarray(image).save(folder / f"{i}.JPEG")
+    converted = accelbench_cli("data", str(tmp_path / "folder"), str(tmp_path / "data"))
+    assert converted.returncode == 0, converted.stderr
+    manifest = json.loads((tmp_path / "data" / "dataset.json").read_text())
+    assert manifest["preset"] == "imagenet" and manifest["image"]["height"] is None
+    result = accelbench_cli("train", "--data", str(tmp_path / "data"), "--image-size", "32", "--global-batch", "8",
+                            "--max-epochs", "2", "--warmup-epochs", "1", "--target-top1", "0.5",
+                            "--price-per-hour", "12.24", "--plugin", "tf_benchmarks", "--plugin", "mxnet_ngc",
+                            "-o", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stderr
+    records = load_records(tmp_path / "r.json")
+    assert [r["status"] for r in records] == ["ok", "ok"], [r["reason"] for r in records]
+    for record in records:
+        t = record["training"]
+        assert record["model"] == {"name": "resnet50", "variant": "v1"}
+        assert t["preprocessing"]["augmentation"] == "imagenet" and "crop" in t["preprocessing"]["train"]
+        assert len(t["curve"]) >= 1 and all(0 <= r["eval_accuracy"] <= 1 for r in t["curve"])
+        assert t["recipe"]["warmup_epochs"] == 1 and t["recipe"]["decay_epochs"] == [30, 60, 80]
+        if t["target_reached"]:
+            assert t["cost_to_target"]["cost"] == pytest.approx(t["time_to_target_s"] / 3600 * 12.24)
+        else:
+            assert t["cost_to_target"] is None
+
+
+def test_converting_into_a_non_empty_folder_is_refused(accelbench_cli, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    result = accelbench_cli("data", "digits", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "not empty" in result.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
+
+
+def test_the_readme_train_command_then_the_report(accelbench_cli, tmp_path, monkeypatch):
+    """`accelbench train` with no arguments: the embedded digits (converted once into the cache),
+    every built-in backend to 95%; the report then shows the curves and the table to target."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    result = accelbench_cli("train", "--price-per-hour", "6.50", "-o", str(tmp_path / "train.json"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cache" / "accelbench" / "datasets" / "digits" / "dataset.json").is_file()
+    records = load_records(tmp_path / "train.json")
+    assert {r["plugin"]["name"] for r in records} == {"tf_benchmarks", "mxnet_ngc", "tpu_official"}
+    assert all(r["training"]["target_reached"] for r in records), [r["training"]["curve"] for r in records]
+    assert "epochs to target" in result.stdout
+    report = accelbench_cli("report", str(tmp_path / "train.json"), "--out", str(tmp_path / "report"),
+                            "--price-per-hour", "6.50")
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "accuracy_vs_epoch.png" in page and (tmp_path / "report" / "accuracy_vs_epoch.png").stat().st_size > 10_000
+    for record in records:
+        t = record["training"]
+        assert f"{t['time_to_target_s'] / 3600:.4f}" in page
+        assert t["cost_to_target"]["cost"] == pytest.approx(t["time_to_target_s"] / 3600 * 6.50)
