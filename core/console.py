@@ -16,11 +16,17 @@ STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable":
 
 
 class RunProgress:
-    """One bar for the whole run and one line for the step loop in progress (on stderr)."""
+    """One bar for the whole run and one line for the step loop in progress (on stderr).
+
+    Redrawn only when a worker reports (at most once a second), never by a timer thread: on a
+    machine with as many cores as the worker has threads, a host thread waking 10 times a second
+    preempts a framework thread in the middle of a parallel op, and the whole op waits for it.
+    """
 
     def __init__(self, total_trials: int):
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                                  auto_refresh=False)
         self._overall = self._progress.add_task("runs", total=total_trials)
         self._steps = self._progress.add_task("", total=None, visible=False)
 
@@ -33,10 +39,11 @@ class RunProgress:
 
     def update(self, backend_id: str, trial: int, phase: str, done: int, total: int) -> None:
         self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
-                              completed=done, total=total, visible=True)
+                              completed=done, total=total, visible=True, refresh=True)
 
     def finished_run(self) -> None:
         self._progress.advance(self._overall)
+        self._progress.refresh()
 
 
 class ResultsTable:
