@@ -98,8 +98,8 @@ def plugins() -> None:
 def run(plugin_names, backend_names, config_file, options, output, prices, price, price_per_hour, epochs,
         **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
-    from . import cost, records, runner
-    from .console import ResultsTable, RunProgress
+    from . import cost, runner
+    from .console import ResultsTable
 
     config = _run_config(config_file, flags, options)
     refs = _selected(plugin_names, backend_names)
@@ -107,14 +107,23 @@ def run(plugin_names, backend_names, config_file, options, output, prices, price
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
+    _execute(plans, config.trials, path, catalogue, explicit, epochs, ResultsTable)
+
+
+def _execute(plans, trials: int, path: Path, catalogue, explicit, epochs: int, table) -> None:
+    """Run the plans, pricing each record and rewriting the results file after every run (so an
+    interruption keeps the finished ones); print ``table``; exit 1 when a run failed."""
+    from . import cost, records, runner
+    from .console import RunProgress
+
     done: list[dict[str, Any]] = []
 
     def keep(record: dict[str, Any]) -> None:
-        record["cost"] = cost.cost_block(record, cost.choose_price(record, catalogue, explicit), epochs)
+        cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
         done.append(record)
-        records.write_results(path, done)  # rewritten after each run: an interruption keeps them
+        records.write_results(path, done)
 
-    progress = RunProgress(len(plans) * config.trials)
+    progress = RunProgress(len(plans) * trials)
     try:
         with progress:
             for _ in runner.execute(plans, keep, progress.update):
@@ -123,7 +132,7 @@ def run(plugin_names, backend_names, config_file, options, output, prices, price
         kept = f"kept {len(done)} finished record(s) in {path}" if done else "no run had finished, nothing written"
         click.echo(f"interrupted: {kept}", err=True)
         sys.exit(130)
-    ResultsTable(done).print()
+    table(done).print()
     click.echo(f"results: {path}")
     if any(r["status"] in ("failed", "timeout") for r in done):
         sys.exit(1)
@@ -298,9 +307,9 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
 def train(plugin_names, backend_names, data_dir, timeout, output, prices, price, price_per_hour, epochs,
           **flags) -> None:
     """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
-    from . import cost, datasets, records, runner
+    from . import cost, datasets, runner
     from .config import RunConfig
-    from .console import RunProgress, TrainingTable
+    from .console import TrainingTable
 
     refs = _selected(plugin_names, backend_names, training=True)
     if isinstance(flags.get("decay_epochs"), str):
@@ -311,23 +320,7 @@ def train(plugin_names, backend_names, data_dir, timeout, output, prices, price,
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
-    done: list[dict[str, Any]] = []
-
-    def keep(record: dict[str, Any]) -> None:
-        chosen = cost.choose_price(record, catalogue, explicit)
-        record["cost"] = cost.cost_block(record, chosen, epochs)
-        if record.get("training"):
-            record["training"]["cost_to_target"] = cost.cost_to_target_block(record["training"], chosen)
-        done.append(record)
-        records.write_results(path, done)
-
-    with RunProgress(len(plans)) as progress:
-        for _ in runner.execute(plans, keep, progress.update):
-            progress.finished_run()
-    TrainingTable(done).print()
-    click.echo(f"results: {path}")
-    if any(r["status"] in ("failed", "timeout") for r in done):
-        sys.exit(1)
+    _execute(plans, 1, path, catalogue, explicit, epochs, TrainingTable)
 
 
 def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:

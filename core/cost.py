@@ -147,3 +147,10 @@ def cost_to_target_block(training: dict[str, Any], price: Price | None) -> dict[
     hours = training["time_to_target_s"] / SECONDS_PER_HOUR
     return {"price_per_hour": price.price_per_hour, "currency": price.currency, "hours": hours,
             "cost": hours * price.price_per_hour}
+
+
+def price_record(record: dict[str, Any], price: Price | None, epochs: int = DEFAULT_EPOCHS) -> None:
+    """Set the record's ``cost`` block and, for a train-mode record, its cost to target."""
+    record["cost"] = cost_block(record, price, epochs)
+    if record.get("training"):
+        record["training"]["cost_to_target"] = cost_to_target_block(record["training"], price)

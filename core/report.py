@@ -40,10 +40,7 @@ def with_costs(records: list[dict[str, Any]], catalogue: list[cost.Price], expli
     priced = []
     for record in records:
         record = copy.deepcopy(record)
-        price = cost.choose_price(record, catalogue, explicit)
-        record["cost"] = cost.cost_block(record, price, epochs)
-        if record.get("training"):
-            record["training"]["cost_to_target"] = cost.cost_to_target_block(record["training"], price)
+        cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
         priced.append(record)
     return priced
 

@@ -7,6 +7,7 @@ other runs go on.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -430,32 +431,30 @@ class DatasetWriter:
             self.worker.discard_log()
 
 
-def dataset_writers(refs: list[BackendRef]) -> dict[str, DatasetWriter]:
-    """One writer per dataset format, from the first available backend that trains from it."""
+@contextlib.contextmanager
+def dataset_writers(refs: list[BackendRef]) -> Iterator[dict[str, DatasetWriter]]:
+    """One writer per dataset format, from the first available backend that trains from it;
+    their workers are closed on leaving."""
     writers: dict[str, DatasetWriter] = {}
     for ref in refs:
         fmt = ref.backend.describe().data_format
         if fmt and fmt not in writers and ref.unavailable_reason() is None:
             writers[fmt] = DatasetWriter(ref)
-    return writers
+    try:
+        yield writers
+    finally:
+        for writer in writers.values():
+            writer.close()
 
 
 def convert_dataset(source: str, out: Path, refs: list[BackendRef], preset: str | None = None,
                     seed: int = 0) -> dict[str, Any]:
     """``accelbench data``: the source in every installed framework's format, verified."""
-    writers = dataset_writers(refs)
-    try:
+    with dataset_writers(refs) as writers:
         return datasets.convert(source, out, writers, preset, seed)
-    finally:
-        for writer in writers.values():
-            writer.close()
 
 
 def default_dataset(refs: list[BackendRef]) -> Path:
     """The embedded digits, converted once (for every installed format) into the user's cache."""
-    writers = dataset_writers(refs)
-    try:
+    with dataset_writers(refs) as writers:
         return datasets.default_digits(datasets.cache_folder(), writers)
-    finally:
-        for writer in writers.values():
-            writer.close()

@@ -55,22 +55,17 @@ def test_both_formats_read_back_equal_to_the_digits(digits):
     manifest = datasets.load(digits)
     assert set(manifest["formats"]) == {"tfrecord", "recordio"}
     pixels, labels = datasets.digits_pixels()
-    writers = dataset_writers(PluginHost().backends())
-    try:
+    sources = {split: sorted((digits / "images" / split).glob("*/*.png"), key=lambda p: (int(p.parent.name), p.name))
+               for split in ("train", "val")}
+    for path in sources["train"] + sources["val"]:  # each stored image is the digit itself
+        index = int(path.stem)
+        assert labels[index] == int(path.parent.name)
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(path.read_bytes()))), pixels[index])
+    with dataset_writers(PluginHost().backends()) as writers:
         for fmt, writer in writers.items():
-            for split in ("train", "val"):
+            for split, paths in sources.items():
                 read_back = writer.read([str(digits / f) for f in manifest["formats"][fmt][split]])
-                folder = digits / "images" / split
-                sources = sorted(folder.glob("*/*.png"), key=lambda p: (int(p.parent.name), p.name))
-                assert [(datasets.file_digest(str(p)), int(p.parent.name)) for p in sources] == \
-                       read_back, f"{fmt} {split}"
-                for path in sources:  # and each stored image is the digit itself
-                    index = int(path.stem)
-                    assert labels[index] == int(path.parent.name)
-                    assert np.array_equal(np.asarray(Image.open(io.BytesIO(path.read_bytes()))), pixels[index])
-    finally:
-        for writer in writers.values():
-            writer.close()
+                assert read_back == [(datasets.file_digest(str(p)), int(p.parent.name)) for p in paths], f"{fmt} {split}"
     counts = manifest["splits"]
     assert counts["train"]["count"] + counts["val"]["count"] == len(pixels) == 1797
 
@@ -179,3 +174,17 @@ def test_the_readme_train_command_then_the_report(accelbench_cli, tmp_path, monk
         t = record["training"]
         assert f"{t['time_to_target_s'] / 3600:.4f}" in page
         assert t["cost_to_target"]["cost"] == pytest.approx(t["time_to_target_s"] / 3600 * 6.50)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "{tmp}/nowhere"], "not a converted dataset"),
+    (["--data", "{digits}", "--target-top1", "1.5"], "target_top1"),
+    (["--data", "{digits}", "--global-batch", "5000"], "larger than the training split (1437 images)"),
+    (["--data", "{digits}", "--decay-epochs", "ten"], "--decay-epochs must be comma-separated integers"),
+])
+def test_bad_train_input_is_one_line_exit_2_nothing_written(accelbench_cli, tmp_path, digits, args, message):
+    args = [a.format(tmp=tmp_path, digits=digits) for a in args]
+    result = accelbench_cli("train", *args, "-o", str(tmp_path / "r.json"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert not (tmp_path / "r.json").exists()
