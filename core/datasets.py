@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ class Example:
 
 
 def index_folder(root: Path) -> tuple[list[str], dict[str, list[Example]]]:
-    """Class names (sorted train sub-folders) and each split's examples, in a fixed order."""
+    """Class names (sorted train sub-folders) and each split's examples, sorted by class and name."""
     for split in SPLITS:
         if not (root / split).is_dir():
             raise UsageError(f"{root}: no {split}/ folder (expected {root}/train/<class>/... and {root}/val/<class>/...)")
@@ -154,6 +155,9 @@ def _convert_into(source: str, out: Path, writers: dict[str, Writer], preset: st
         if not root.is_dir():
             raise UsageError(f"dataset source {source!r} is neither 'digits' nor a folder")
     classes, splits = index_folder(root)
+    # class-sorted files would give a reader with a bounded shuffle buffer (tf.data) batches of few
+    # classes: the training split is stored in one seeded random order, the same in every format
+    random.Random(seed).shuffle(splits["train"])
     manifest = {"schema_version": DATASET_SCHEMA_VERSION, "name": name, "source": str(root.resolve()),
                 "preset": preset, "classes": classes, "num_classes": len(classes),
                 "splits": {split: {"count": len(ex)} for split, ex in splits.items()},

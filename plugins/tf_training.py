@@ -21,6 +21,8 @@ SHARD_EXAMPLES = 1250
 #: central crop kept for evaluation in the ImageNet preprocessing (224 of 256)
 EVAL_CROP_FRACTION = 0.875
 SHUFFLE_BUFFER = 10_000
+#: shards read at once, interleaved
+MAX_OPEN_SHARDS = 16
 
 
 def write_tfrecords(examples: list[tuple[str, int]], stem: str) -> list[str]:
@@ -115,7 +117,12 @@ class DatasetRun(TrainingRun):
 
     def _pipeline(self, split: str, training: bool):
         tf, cfg = self.tf, self.config
-        data = tf.data.TFRecordDataset(self._files(split))
+        files = self._files(split)
+        shards = tf.data.Dataset.from_tensor_slices(files)
+        if training:  # shard order, then records within a buffer, reshuffled every epoch
+            shards = shards.shuffle(len(files), seed=cfg.seed, reshuffle_each_iteration=True)
+        data = shards.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), MAX_OPEN_SHARDS),
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         if training:
             count = self.dataset["splits"]["train"]["count"]
             data = data.shuffle(min(count, SHUFFLE_BUFFER), seed=cfg.seed, reshuffle_each_iteration=True).repeat()

@@ -62,10 +62,15 @@ def test_both_formats_read_back_equal_to_the_digits(digits):
         assert labels[index] == int(path.parent.name)
         assert np.array_equal(np.asarray(Image.open(io.BytesIO(path.read_bytes()))), pixels[index])
     with dataset_writers(PluginHost().backends()) as writers:
-        for fmt, writer in writers.items():
-            for split, paths in sources.items():
-                read_back = writer.read([str(digits / f) for f in manifest["formats"][fmt][split]])
-                assert read_back == [(datasets.file_digest(str(p)), int(p.parent.name)) for p in paths], f"{fmt} {split}"
+        stored = {(fmt, split): writer.read([str(digits / f) for f in manifest["formats"][fmt][split]])
+                  for fmt, writer in writers.items() for split in sources}
+    for (fmt, split), read_back in stored.items():
+        expected = [(datasets.file_digest(str(p)), int(p.parent.name)) for p in sources[split]]
+        assert sorted(read_back) == sorted(expected), f"{fmt} {split}"
+    for split in sources:  # one order in every format; the training split shuffled, not class by class
+        assert stored["tfrecord", split] == stored["recordio", split]
+    first_labels = [label for _, label in stored["tfrecord", "train"][:50]]
+    assert len(set(first_labels)) == 10
     counts = manifest["splits"]
     assert counts["train"]["count"] + counts["val"]["count"] == len(pixels) == 1797
 
@@ -101,11 +106,13 @@ def test_the_same_seed_gives_the_same_curve_twice(digits):
 
 
 def test_a_target_out_of_reach_is_recorded_as_not_reached(digits):
-    record = train(digits, "mxnet_ngc", max_epochs=2, target_top1=0.999)
+    # the whole 20-epoch budget: MXNet's iterator crosses many of its own epochs (a hang once)
+    record = train(digits, "mxnet_ngc", max_epochs=20, target_top1=0.9999, timeout_s=120)
     assert record["status"] == "ok", record["reason"]
     t = record["training"]
     assert not t["target_reached"] and t["epochs_to_target"] is None and t["time_to_target_s"] is None
-    assert t["epochs_run"] == 2 and t["best_eval_accuracy"] == max(r["eval_accuracy"] for r in t["curve"])
+    assert t["epochs_run"] == 20 and t["best_eval_accuracy"] == max(r["eval_accuracy"] for r in t["curve"])
+    assert t["best_eval_accuracy"] >= 0.97  # the decays at 12 and 16 keep it converging
 
 
 def test_train_command_on_an_image_folder_with_imagenet_preprocessing(accelbench_cli, tmp_path):

@@ -80,15 +80,13 @@ class GluonDatasetRun(GluonRun):
         return {} if stored == (size, size) else {"resize": size}
 
     def _next_batch(self):
-        """The next full batch; an iterator epoch's last, padded batch is skipped (drop remainder)."""
-        while True:
-            try:
-                batch = self.data.next()
-            except StopIteration:
-                self.data.reset()
-                continue
-            if batch.pad == 0:
-                return batch
+        """The next batch, across iterator epochs. An epoch's last batch is filled up with the next
+        epoch's first images (``round_batch``), so every batch holds global-batch real images."""
+        try:
+            return self.data.next()
+        except StopIteration:
+            self.data.reset()
+            return self.data.next()
 
     def _on_contexts(self, batch):
         split = self.mx.gluon.utils.split_and_load
