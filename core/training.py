@@ -30,6 +30,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: the central crop kept for ImageNet evaluation (224 of 256), in every framework
+EVAL_CROP_FRACTION = 0.875
+
+
 @dataclass(frozen=True)
 class TrainSpec:
     """What train mode runs, beyond the RunConfig: dataset, stopping rule and the recipe."""
@@ -212,3 +216,14 @@ def run_config_data(dataset: dict[str, Any], run: dict[str, Any], spec: dict[str
     if data["image_size"] is None:
         raise UsageError(f"the images of {dataset['root']} differ in size: give --image-size")
     return data
+
+
+def describe_preprocessing(config, dataset: dict[str, Any], imagenet: dict[str, str], pipeline: str) -> dict[str, Any]:
+    """What a backend's input pipelines did, for the record; ``imagenet`` says how this
+    framework's pipeline crops for training and evaluation under the ImageNet augmentation."""
+    augmentation = config.train["augmentation"]
+    steps = imagenet if augmentation == "imagenet" else {
+        "train": "none (resize only if the stored size differs)", "eval": "same as train"}
+    return {"augmentation": augmentation, **steps, "normalise": "per-channel (x - mean) / std of the training split",
+            "mean": dataset["image"]["mean"], "std": dataset["image"]["std"], "image_size": config.image_size,
+            "pipeline": pipeline}

@@ -13,13 +13,12 @@ import os
 from typing import Any
 
 from accelbench import Prepared, RunConfig
+from accelbench.training import EVAL_CROP_FRACTION, describe_preprocessing
 
 from .tf_common import Recipe, TrainingRun, import_tensorflow
 
 #: examples per TFRecord shard (~140 MB of ImageNet JPEGs, as Google's conversion makes)
 SHARD_EXAMPLES = 1250
-#: central crop kept for evaluation in the ImageNet preprocessing (224 of 256)
-EVAL_CROP_FRACTION = 0.875
 SHUFFLE_BUFFER = 10_000
 #: shards read at once, interleaved
 MAX_OPEN_SHARDS = 16
@@ -161,13 +160,10 @@ class DatasetRun(TrainingRun):
         return tf.image.resize(image, (size, size))
 
     def preprocessing(self) -> dict[str, Any]:
-        steps = {"imagenet": {"train": "random crop (area 8-100%, aspect 3/4-4/3) + horizontal flip, resize",
-                              "eval": f"central crop {EVAL_CROP_FRACTION:.1%}, resize"},
-                 "none": {"train": "none (resize only if the stored size differs)", "eval": "same as train"}}
-        return {"augmentation": self.spec["augmentation"], **steps[self.spec["augmentation"]],
-                "normalise": "per-channel (x - mean) / std of the training split",
-                "mean": self.dataset["image"]["mean"], "std": self.dataset["image"]["std"],
-                "image_size": self.config.image_size, "pipeline": "tf.data TFRecordDataset (ImageNet-style TFRecord)"}
+        return describe_preprocessing(self.config, self.dataset, {
+            "train": "random crop (area 8-100%, aspect 3/4-4/3) + horizontal flip, resize",
+            "eval": f"central crop {EVAL_CROP_FRACTION:.1%}, resize"},
+            "tf.data TFRecordDataset (ImageNet-style TFRecord)")
 
     # --- evaluation ----------------------------------------------------------------------------
 

@@ -7,12 +7,9 @@ import hashlib
 from typing import Any
 
 from accelbench import Prepared, RunConfig
+from accelbench.training import EVAL_CROP_FRACTION, describe_preprocessing
 
 from .training import GluonRun, import_mxnet
-
-#: central crop kept for evaluation in the ImageNet preprocessing (224 of 256)
-EVAL_CROP_FRACTION = 0.875
-
 
 def write_recordio(examples: list[tuple[str, int]], stem: str) -> list[str]:
     """One split as ``<stem>.rec`` + ``<stem>.idx``, the source files' bytes unchanged."""
@@ -129,13 +126,10 @@ class GluonDatasetRun(GluonRun):
         return {"top1": top1 / seen, "top5": top5 / seen, "loss": loss / seen}
 
     def preprocessing(self) -> dict[str, Any]:
-        steps = {"imagenet": {"train": "random resized crop (area 8-100%, aspect 3/4-4/3) + mirror",
-                              "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop"},
-                 "none": {"train": "none (resize only if the stored size differs)", "eval": "same as train"}}
-        return {"augmentation": self.spec["augmentation"], **steps[self.spec["augmentation"]],
-                "normalise": "per-channel (x - mean) / std of the training split",
-                "mean": self.dataset["image"]["mean"], "std": self.dataset["image"]["std"],
-                "image_size": self.config.image_size, "pipeline": "mx.io.ImageRecordIter (RecordIO)"}
+        return describe_preprocessing(self.config, self.dataset, {
+            "train": "random resized crop (area 8-100%, aspect 3/4-4/3) + mirror",
+            "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop"},
+            "mx.io.ImageRecordIter (RecordIO)")
 
     def prepared(self) -> Prepared:
         prepared = super().prepared()
