@@ -65,28 +65,25 @@ def write_digits_folder(root: Path, seed: int = 0) -> None:
     """scikit-learn's digits as an image folder: 8-bit grayscale PNGs, a seeded stratified split."""
     import numpy as np
     from PIL import Image
-    from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    digits = load_digits()
-    # the source values are 0..16; x16 (clipped to 255) keeps every level distinct in 8 bits
-    pixels = np.clip(digits.images * 16, 0, 255).astype(np.uint8)
-    order = np.arange(len(pixels))
-    train, val = train_test_split(order, test_size=DIGITS_VAL_FRACTION, random_state=seed,
-                                  stratify=digits.target)
+    pixels, labels = digits_pixels()
+    train, val = train_test_split(np.arange(len(pixels)), test_size=DIGITS_VAL_FRACTION, random_state=seed,
+                                  stratify=labels)
     for split, chosen in (("train", train), ("val", val)):
         for i in sorted(chosen):
-            folder = root / split / str(digits.target[i])
+            folder = root / split / str(labels[i])
             folder.mkdir(parents=True, exist_ok=True)
             Image.fromarray(pixels[i], mode="L").save(folder / f"{i:04d}.png")
 
 
 def digits_pixels() -> tuple["Any", "Any"]:
-    """The digits as the folder stores them (uint8 8x8) and their labels, for tests."""
+    """The digits as the folder stores them (uint8 8x8) and their labels."""
     import numpy as np
     from sklearn.datasets import load_digits
 
     digits = load_digits()
+    # the source values are 0..16; x16 (clipped to 255) keeps every level distinct in 8 bits
     return np.clip(digits.images * 16, 0, 255).astype(np.uint8), digits.target
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from .errors import UsageError
-from .timing import run_timed
+from .timing import Timing, run_timed
 
 #: defaults per dataset preset (the manifest says which); every field can be overridden
 PRESETS: dict[str, dict[str, Any]] = {
@@ -145,8 +145,8 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
     result.wall_time_s = time.perf_counter() - start
     if not steady_times:  # one epoch only: its steps are all there is
         steady_times, steady_losses = first.step_times, first.losses
-    result.steady = {"step_times": steady_times, "wall_time_s": sum(steady_times),
-                     "timed_calls": len(steady_times), "steps_per_call": 1, "losses": steady_losses}
+    result.steady = asdict(Timing(step_times=steady_times, wall_time_s=sum(steady_times),
+                                  timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses))
     return result
 
 

@@ -10,6 +10,7 @@ mode adds ``prepare_training``, ``train`` (core's epoch loop), ``write_dataset``
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -77,14 +78,14 @@ class _Session:
             return self.backend.check(self.config)
         if command in ("prepare", "prepare_training"):
             prepared = (self.backend.prepare(self.config) if command == "prepare"
-                        else self.backend.prepare_training(self.config, self._dataset()))
+                        else self.backend.prepare_training(self.config, self._dataset))
             self.steps_per_call = prepared.steps_per_call
             # evidence that each framework lives only in its own worker
             prepared.settings["frameworks_loaded"] = sorted(m for m in FRAMEWORK_MODULES if m in sys.modules)
             return asdict(prepared)
         if command == "train":
             spec = training.TrainSpec.from_dict(self.config.train)
-            steps = training.steps_per_epoch(self._dataset(), self.config.global_batch)
+            steps = training.steps_per_epoch(self._dataset, self.config.global_batch)
             return training.train(self.backend, spec, steps, self.config.global_batch,
                                   progress=self._progress).to_json()
         if command == "write_dataset":
@@ -104,7 +105,9 @@ class _Session:
             return self.backend.serve(self.config)
         raise ValueError(f"unknown worker command {command!r}")
 
+    @functools.cached_property
     def _dataset(self) -> dict[str, Any]:
+        """Train mode's dataset manifest, read once for prepare and train."""
         return datasets.load(self.config.train["dataset"])
 
     def _progress(self, phase: str, done: int, total: int) -> None:
