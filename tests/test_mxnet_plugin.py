@@ -21,6 +21,7 @@ def test_mxnet_trains_and_records_fp32():
     assert record["batch"]["semantics"] == "global"
     assert record["settings"]["omp_num_threads"] == str(record["config"]["threads"])
     assert record["settings"]["frameworks_loaded"] == ["mxnet"]
+    assert record["settings"]["conv_biases"] is False
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
 
 
@@ -49,6 +50,23 @@ def test_mxnet_replicas_keep_identical_weights():
             "print(run.replica_weights_max_difference())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout.split()[-1]) == 0.0
+
+
+def test_mxnet_conv_biases_stay_zero_while_the_weights_train():
+    code = ("from accelbench import RunConfig\n"
+            "from accelbench.plugins.mxnet_ngc.training import GluonRun, CONV_BIASES\n"
+            "cfg = RunConfig(image_size=32, num_classes=10, global_batch=4, per_device_batch=4,\n"
+            "                device='cpu', device_count=1, precision='fp32', variant='v1')\n"
+            "run = GluonRun(cfg)\n"
+            "biases = run.net.collect_params(CONV_BIASES).values()\n"
+            "weight = run.net.features[5][0].body[0].weight\n"
+            "run.step()  # the zoo's layers initialise their shapes on the first forward pass\n"
+            "before = weight.data().asnumpy().copy()\n"
+            "losses = [run.step() for _ in range(2)]\n"
+            "print(len(biases), max(float(b.data().abs().max().asscalar()) for b in biases),\n"
+            "      float(abs(weight.data().asnumpy() - before).max()) > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-3:] == ["32", "0.0", "True"]
 
 
 def test_mxnet_bf16_runs_through_amp():

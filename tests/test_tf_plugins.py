@@ -24,6 +24,7 @@ def test_tf_benchmarks_trains_and_records_fp32():
     assert record["precision"] == "fp32" and record["model"]["variant"] == "v1"
     assert record["settings"]["variable_dtype"] == "float32"
     assert record["settings"]["compute_dtype"] == "float32"
+    assert record["settings"]["conv_biases"] is False  # tf_cnn's ResNet-50: none before a batch norm
     assert record["settings"]["frameworks_loaded"] == ["tensorflow"]
     assert record["framework"]["name"] == "tensorflow" and record["framework"]["version"].startswith("2.")
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
@@ -62,14 +63,17 @@ def test_flops_counted_from_the_model_v1_and_v15():
         v1["flops"]["per_image"] * v1["throughput"]["images_per_sec"])
 
 
-def test_v15_moves_the_stride_into_the_3x3():
+def test_v15_moves_the_stride_into_the_3x3_and_no_conv_has_a_bias():
     code = ("import tf_keras as k\n"
             "from accelbench.plugins.tf_common import resnet50\n"
             "m = resnet50(k, 'v1.5', (224, 224, 3), 1000)\n"
             "s = {l.name: l.strides for l in m.layers if l.name.startswith('conv3_block1_') and hasattr(l, 'strides')}\n"
-            "print(s['conv3_block1_1_conv'], s['conv3_block1_2_conv'], s['conv3_block1_0_conv'], m.output_shape)")
+            "convs = [l for l in m.layers if type(l).__name__ == 'Conv2D']\n"
+            "print(s['conv3_block1_1_conv'], s['conv3_block1_2_conv'], s['conv3_block1_0_conv'], m.output_shape,\n"
+            "      len(convs), sum(l.use_bias for l in convs), sum(v.shape.num_elements() for v in m.trainable_weights))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[-2] == "(1, 1) (2, 2) (2, 2) (None, 1000)"
+    # 53 convolutions, none with a bias: the 25,557,032 trained parameters of the reference ResNet-50
+    assert out.stdout.split("\n")[-2] == "(1, 1) (2, 2) (2, 2) (None, 1000) 53 0 25557032"
 
 
 def test_tpu_official_bf16_v15_with_fp32_variables():

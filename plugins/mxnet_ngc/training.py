@@ -14,6 +14,7 @@ REMOVED_NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": obj
                          "complex": complex}
 WEIGHT_DECAY = 1e-4
 BASE_LEARNING_RATE = 0.1  # per 256 images
+CONV_BIASES = r".*conv\d+_bias"  # parameter names of the model zoo's convolution biases
 
 
 def import_mxnet():
@@ -65,12 +66,20 @@ def build_network(vision, config: RunConfig):
 
 
 def resnet50(vision, variant: str, num_classes: int):
-    """Gluon model-zoo ResNet-50 v1; for v1.5 each downsampling block's stride moves to its 3x3."""
+    """Gluon model-zoo ResNet-50 v1; for v1.5 each downsampling block's stride moves to its 3x3.
+
+    The zoo's bottleneck gives its two 1x1 convolutions a bias, NGC's ResNet-50 (and the TF
+    plugins' network) has none: each convolution feeds a batch norm that subtracts any bias
+    again. The biases stay at their zero initial value, out of the gradient and the update, so
+    every framework trains the same 25,557,032 parameters.
+    """
     net = vision.resnet50_v1(classes=num_classes)
     if variant == "v1.5":
         for stage in net.features[5:8]:  # stages 2-4 downsample in their first block
             first_1x1, first_3x3 = stage[0].body[0], stage[0].body[3]
             first_1x1._kwargs["stride"], first_3x3._kwargs["stride"] = (1, 1), (2, 2)
+    for bias in net.collect_params(CONV_BIASES).values():
+        bias.grad_req = "null"
     return net
 
 
@@ -175,9 +184,13 @@ class GluonRun:
                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                 "mkldnn": mx.runtime.Features().is_enabled("MKLDNN"),
                 "layout": "NCHW",
+                "conv_biases": self._trained_conv_biases(),
                 # "nag": SGD with Nesterov momentum
                 "optimizer": f"gluon.Trainer {self.optimizer_name}",
             })
+
+    def _trained_conv_biases(self) -> bool:
+        return any(p.grad_req != "null" for p in self.net.collect_params(CONV_BIASES).values())
 
     def weights_checksum(self) -> float:
         """Sum of every trained weight (first context), float64: equal on every in-sync worker."""

@@ -1,8 +1,8 @@
 """A bare, hand-written TensorFlow training loop: the reference the harness is measured against.
 
-Deliberately independent of accelbench's code: same model (tf-keras ResNet-50), optimizer, loss,
-batch and precision, timed the same way (warm-up excluded, sync every step, images / wall time).
-Prints one JSON line.
+Deliberately independent of accelbench's code: same model (tf-keras ResNet-50 without convolution
+biases; `--conv-biases` keeps the model zoo's), optimizer, loss, batch and precision, timed the
+same way (warm-up excluded, sync every step, images / wall time). Prints one JSON line.
 """
 
 import argparse
@@ -17,6 +17,7 @@ parser.add_argument("--batch", type=int, default=8)
 parser.add_argument("--image-size", type=int, default=224)
 parser.add_argument("--steps-per-loop", type=int, default=1)
 parser.add_argument("--weight-decay", type=float, default=4e-5)
+parser.add_argument("--conv-biases", action="store_true", help="keep keras.applications' conv biases")
 parser.add_argument("--warmup", type=int, default=10)
 parser.add_argument("--timed", type=int, default=100)
 args = parser.parse_args()
@@ -30,16 +31,18 @@ if args.precision == "bf16":
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
 model = keras.applications.ResNet50(weights=None, classifier_activation=None,
                                     input_shape=(args.image_size, args.image_size, 3))
-if args.variant == "v1.5":
-    cfg = model.get_config()
-    for layer in cfg["layers"]:
-        c = layer["config"]
+cfg = model.get_config()
+for layer in cfg["layers"]:
+    c = layer["config"]
+    if layer["class_name"] == "Conv2D" and not args.conv_biases:
+        c["use_bias"] = False  # tf_cnn_benchmarks' ResNet-50: no bias before a batch norm
+    if args.variant == "v1.5":
         for stage in ("conv3", "conv4", "conv5"):
             if c["name"] == f"{stage}_block1_1_conv":
                 c["strides"] = (1, 1)
             if c["name"] == f"{stage}_block1_2_conv":
                 c["strides"] = (2, 2)
-    model = keras.Model.from_config(cfg)
+model = keras.Model.from_config(cfg)
 opt = keras.optimizers.legacy.SGD(0.1 * args.batch / 256, momentum=0.9, nesterov=True)
 kernels = [v for v in model.trainable_variables if "kernel" in v.name]
 x = tf.random.truncated_normal((args.batch, args.image_size, args.image_size, 3), 127, 60)

@@ -1,0 +1,33 @@
+"""The benchmark scripts' own accounting (the scripts are run by hand on full shapes, not in CI)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+import bench_reference  # noqa: E402
+
+
+def fake_garden(tmp_path, lines):
+    """A stand-in for Model Garden's Python: prints its TimeHistory log lines on stderr."""
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\ncat >&2 <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_garden_figure_counts_only_the_steps_after_the_warm_up(tmp_path):
+    python = fake_garden(tmp_path, [
+        "I1130 keras_utils.py:145] TimeHistory: 14.65 seconds, 5.46 examples/second between steps 0 and 10",
+        "I1130 keras_utils.py:145] TimeHistory: 9.64 seconds, 8.30 examples/second between steps 10 and 20",
+        "I1130 keras_utils.py:145] TimeHistory: 10.36 seconds, 7.72 examples/second between steps 20 and 30"])
+    images, seconds = bench_reference.run_garden(python, [], batch=8, warmup=10, timed=20)
+    assert images == 160 and seconds == pytest.approx(20.0)  # 8.0 img/s, the warm-up's 14.65 s left out
+
+
+def test_garden_run_missing_timed_steps_is_an_error(tmp_path):
+    python = fake_garden(tmp_path, [
+        "TimeHistory: 9.64 seconds, 8.30 examples/second between steps 10 and 20"])
+    with pytest.raises(SystemExit, match="expected 20 steps after 10"):
+        bench_reference.run_garden(python, [], batch=8, warmup=10, timed=20)
