@@ -6,7 +6,26 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+import bench_overhead  # noqa: E402
 import bench_reference  # noqa: E402
+
+
+def test_rounds_alternate_and_pool_images_over_wall_time():
+    calls = []
+
+    def runner(label, results):
+        def run():
+            calls.append(label)
+            return results.pop(0)
+        return run
+
+    rate, per_round = bench_overhead.alternate("case", {
+        "accelbench": runner("accelbench", [(80, 10.0), (80, 30.0)]),
+        "bare": runner("bare", [(80, 20.0), (80, 20.0)])}, rounds=2)
+    assert calls == ["accelbench", "bare", "bare", "accelbench"]
+    # pooled: 160 images / 40 s each, although the mean of accelbench's two rates would be 5.33
+    assert rate == {"accelbench": 4.0, "bare": 4.0}
+    assert per_round == [{"accelbench": 8.0, "bare": 4.0}, {"bare": 4.0, "accelbench": 80 / 30}]
 
 
 def fake_garden(tmp_path, lines):

@@ -36,7 +36,9 @@ CASES = {
 }
 
 
-def run_accelbench(args, batch, warmup, timed):
+def run_accelbench(args, batch, warmup, timed, seen=None):
+    """One `accelbench run`; returns (images, wall seconds) of its timed steps; `seen` gets the
+    record's FLOPs per image."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         subprocess.run([sys.executable, "-m", "accelbench", "run", *args, "--global-batch", str(batch),
@@ -45,8 +47,9 @@ def run_accelbench(args, batch, warmup, timed):
         [record] = json.loads(out.read_text())["records"]
     if record["status"] != "ok":
         raise SystemExit(f"accelbench run failed: {record['reason']}")
-    tp = record["throughput"]
-    return tp["images"], tp["wall_time_s"], record["flops"]["per_image"]
+    if seen is not None:
+        seen["flops_per_image"] = record["flops"]["per_image"]
+    return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 
 def run_bare(command, batch, warmup, timed):
@@ -58,28 +61,37 @@ def run_bare(command, batch, warmup, timed):
     return result["images"], result["wall_time_s"]
 
 
+def alternate(name, runners, rounds):
+    """Run every runner once per round, in reversed order every other round, so slow drift of a
+    shared machine cancels out. runners: {label: () -> (images, wall seconds)}. Returns pooled
+    images/sec per label (all images / all wall time, never a mean of rates) and each round's."""
+    pooled = {label: [0, 0.0] for label in runners}
+    per_round = []
+    for r in range(rounds):
+        rates = {}
+        for label in list(runners) if r % 2 == 0 else list(reversed(runners)):
+            images, wall = runners[label]()
+            pooled[label][0] += images
+            pooled[label][1] += wall
+            rates[label] = images / wall
+            print(f"  {name} round {r + 1} {label}: {rates[label]:.2f} img/s", flush=True)
+        per_round.append(rates)
+    return {label: images / wall for label, (images, wall) in pooled.items()}, per_round
+
+
 def measure(name, batch, warmup, timed, rounds, zoo_baseline=False):
     args, bare, reference, what = CASES[name]
-    runs = {"accelbench": [0, 0.0], "bare": [0, 0.0]}
-    if zoo_baseline:
-        runs["zoo"] = [0, 0.0]  # the bare loop over the model zoo's network, conv biases trained
-    flops = None
-    for r in range(rounds):
-        order = list(runs) if r % 2 == 0 else list(reversed(runs))
-        for which in order:
-            if which == "accelbench":
-                images, wall, flops = run_accelbench(args, batch, warmup, timed)
-            else:
-                images, wall = run_bare(bare + ["--conv-biases"] * (which == "zoo"), batch, warmup, timed)
-            runs[which][0] += images
-            runs[which][1] += wall
-            print(f"  {name} round {r + 1} {which}: {images / wall:.2f} img/s", flush=True)
-    rate = {which: images / wall for which, (images, wall) in runs.items()}
+    seen = {}
+    runners = {"accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen),
+               "bare": lambda: run_bare(bare, batch, warmup, timed)}
+    if zoo_baseline:  # the bare loop over the model zoo's network, conv biases trained
+        runners["zoo"] = lambda: run_bare(bare + ["--conv-biases"], batch, warmup, timed)
+    rate, _ = alternate(name, runners, rounds)
     ours, theirs = rate["accelbench"], rate["bare"]
     return {"case": name, "accelbench_images_per_sec": ours, "bare_images_per_sec": theirs,
-            "ratio": ours / theirs, "gflops_per_s": ours * flops / 1e9, "reference_images_per_sec": reference,
-            "zoo_images_per_sec": rate.get("zoo"), "reference": what, "batch": batch, "timed_steps": timed,
-            "rounds": rounds}
+            "ratio": ours / theirs, "gflops_per_s": ours * seen["flops_per_image"] / 1e9,
+            "reference_images_per_sec": reference, "zoo_images_per_sec": rate.get("zoo"), "reference": what,
+            "batch": batch, "timed_steps": timed, "rounds": rounds}
 
 
 def main():

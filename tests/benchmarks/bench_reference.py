@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_overhead import MIN_RATIO, exit_if_below, run_accelbench, run_bare
+from bench_overhead import MIN_RATIO, alternate, exit_if_below, run_accelbench, run_bare
 
 GARDEN_MAIN = "official.legacy.image_classification.resnet.resnet_ctl_imagenet_main"
 TIME_HISTORY = re.compile(r"TimeHistory: ([\d.]+) seconds, [\d.]+ examples/second between steps (\d+) and (\d+)")
@@ -66,25 +66,19 @@ def run_garden(python, args, batch, warmup, timed):
 def measure(name, options):
     args, kind, reference = CASES[name]
     batch, warmup, timed = options.batch, options.warmup, options.timed
-    pooled = {"accelbench": [0, 0.0], "reference": [0, 0.0]}
-    round_ratios, flops = [], None
-    for r in range(options.rounds):
-        rates = {}
-        for which in ("accelbench", "reference") if r % 2 == 0 else ("reference", "accelbench"):
-            if which == "accelbench":
-                images, wall, flops = run_accelbench(args, batch, warmup, timed)
-            elif kind == "garden":
-                images, wall = run_garden(options.garden_python, reference, batch, warmup, timed)
-            else:
-                images, wall = run_bare(reference, batch, warmup, timed)
-            pooled[which][0] += images
-            pooled[which][1] += wall
-            rates[which] = images / wall
-            print(f"  {name} round {r + 1} {which}: {rates[which]:.2f} img/s", flush=True)
-        round_ratios.append(rates["accelbench"] / rates["reference"])
-    ours, theirs = (images / wall for images, wall in pooled.values())
+    seen = {}
+
+    def run_reference():
+        if kind == "garden":
+            return run_garden(options.garden_python, reference, batch, warmup, timed)
+        return run_bare(reference, batch, warmup, timed)
+
+    rate, per_round = alternate(name, {"accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen),
+                                       "reference": run_reference}, options.rounds)
+    ours, theirs = rate["accelbench"], rate["reference"]
     return {"case": name, "accelbench": ours, "reference": theirs, "ratio": ours / theirs,
-            "round_ratios": round_ratios, "gflops_per_s": ours * flops / 1e9,
+            "round_ratios": [r["accelbench"] / r["reference"] for r in per_round],
+            "gflops_per_s": ours * seen["flops_per_image"] / 1e9,
             "what": "TF Model Garden" if kind == "garden" else "bare Gluon model-zoo loop"}
 
 
