@@ -171,12 +171,11 @@ def resnet50(keras, variant: str, input_shape: tuple[int, int, int], num_classes
     model = keras.applications.ResNet50(weights=None, input_shape=input_shape,
                                         classes=num_classes, classifier_activation=None)
     config = model.get_config()
-    layers = {layer["config"]["name"]: layer for layer in config["layers"]}
-    for layer in layers.values():
+    for layer in config["layers"]:
         if layer["class_name"] == "Conv2D":
             layer["config"]["use_bias"] = False
     if variant == "v1.5":
-        _strides_in_3x3({name: layer["config"] for name, layer in layers.items()})
+        _strides_in_3x3({layer["config"]["name"]: layer["config"] for layer in config["layers"]})
     return keras.Model.from_config(config)
 
 
@@ -330,7 +329,7 @@ class TrainingRun:
                 "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
                 "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on for x86 Linux)"),
                 "data_format": "channels_last",
-                "conv_biases": any(getattr(layer, "use_bias", False) for layer in self.model.layers
+                "conv_biases": any(layer.use_bias for layer in self.model.layers
                                    if type(layer).__name__ == "Conv2D"),
                 **settings,
             })
