@@ -88,6 +88,9 @@ class Prepared:
     #: framework-specific settings actually used (threads, kvstore, jit, ...)
     settings: dict[str, Any] = field(default_factory=dict)
     framework_version: str = ""
+    #: what the user must know to read the figure (e.g. a precision this hardware only emulates);
+    #: shown in the terminal and kept in the record's warnings
+    warnings: list[str] = field(default_factory=list)
 
 
 class Backend:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ RUN_FLAGS = {
     "batch_sizes": "batch_sizes", "device": "device", "device_count": "device_count",
     "precision": "precision", "image_size": "image_size", "num_classes": "num_classes", "warmup_steps": "warmup_steps",
     "timed_steps": "timed_steps", "trials": "trials", "threads": "threads",
-    "inter_op_threads": "inter_op_threads", "seed": "seed", "timeout": "timeout_s",
+    "inter_op_threads": "inter_op_threads", "seed": "seed", "timeout": "timeout_s", "warmup": "warmup",
     "memory_limit_mb": "memory_limit_mb", "workers": "workers", "scaling_baseline": "scaling_baseline",
 }
 
@@ -50,8 +51,15 @@ def config_options(command):
         click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision."),
         click.option("--image-size", type=int, help="Square image side (default 224)."),
         click.option("--num-classes", type=int, help="Classes of the synthetic labels (default 1000)."),
-        click.option("--warmup-steps", type=int, help="Untimed steps first (default 10)."),
-        click.option("--timed-steps", type=int, help="Timed steps (default 100)."),
+        click.option("--warmup-steps", type=int, help="Untimed steps first; with --warmup stable, the most (default 10)."),
+        click.option("--warmup", type=click.Choice(["fixed", "stable"]),
+                     help="Warm up --warmup-steps steps, or until the step time is stable (default: stable with "
+                          "a time box, fixed with counted steps)."),
+        click.option("--timed-steps", type=int, help="Count this many timed steps (the tf_cnn_benchmarks protocol)."),
+        click.option("--time", "time_box", metavar="DURATION",
+                     help="Time whole steps for this long per run, e.g. 45s, 2m (default 45s; counted for --workers > 1)."),
+        click.option("--protocol", type=click.Choice(["tf_cnn"]),
+                     help="tf_cnn: tf_cnn_benchmarks' counts, 10 fixed warm-up + 100 timed steps (flags still override)."),
         click.option("--trials", type=int, help="Independent worker processes per run (default 1)."),
         click.option("--threads", type=int, help="Compute threads (default: all cores)."),
         click.option("--inter-op-threads", type=int, help="Inter-op threads where the framework has them."),
@@ -94,48 +102,118 @@ def plugins() -> None:
 @click.option("--scaling-baseline/--no-scaling-baseline", default=None,
               help="With --workers > 1, also run 1 worker for scaling efficiency (default on).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
+@click.option("--schedule", "schedule_kind", type=click.Choice(["interleaved", "sequential"]), default="interleaved",
+              show_default=True, help="Trial order: rounds with every run once, order reversed every other "
+                                      "round (drift-robust, paired), or all trials of one run, then the next.")
+@click.option("--until-decided", metavar="TOLERANCE",
+              help="Add rounds until every comparison is within/outside this tolerance, e.g. 3%.")
+@click.option("--until-halfwidth", metavar="FRACTION",
+              help="Add rounds until every ratio's 95%% interval is this narrow on each side, e.g. 1%.")
+@click.option("--max-time", metavar="DURATION",
+              help="Start no trial after this long, e.g. 300, 90s, 5m (default with --until-*: 10m).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress and no table: only the results file's path.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results document (JSON) on stdout; progress on stderr.")
 @price_options
-def run(plugin_names, backend_names, config_file, options, output, prices, price, price_per_hour, epochs,
-        **flags) -> None:
+def run(plugin_names, backend_names, config_file, options, output, schedule_kind, until_decided, until_halfwidth,
+        max_time, quiet, as_json, prices, price, price_per_hour, epochs, **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
     from . import cost, runner
     from .console import ResultsTable
+    from .schedule import UNTIL_TRIAL_TIME_S
 
     config = _run_config(config_file, flags, options)
+    schedule = _schedule(schedule_kind, config.trials, until_decided, until_halfwidth, max_time)
+    if schedule.until and config.time_s is None and config.timed_steps is None and config.workers == 1:
+        config = config.replace(time_s=UNTIL_TRIAL_TIME_S)
     refs = _selected(plugin_names, backend_names)
     plans = runner.plan(refs, config)
+    if schedule.until and sum(p.precheck is None for p in plans) < 2:
+        raise UsageError("--until-decided/--until-halfwidth compare runs: select at least two that can run here")
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
-    _execute(plans, config.trials, path, catalogue, explicit, epochs, ResultsTable)
+    view = _View(quiet=quiet, as_json=as_json)
+    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view)
+    if schedule.until and view.tables:
+        _print_comparison(done, schedule.until.tolerance)
 
 
-def _execute(plans, trials: int, path: Path, catalogue, explicit, epochs: int, table) -> None:
-    """Run the plans, pricing each record and rewriting the results file after every run (so an
-    interruption keeps the finished ones); print ``table``; exit 1 when a run failed."""
+def _schedule(kind: str, trials: int, until_decided: str | None, until_halfwidth: str | None,
+              max_time: str | None):
+    from .schedule import Schedule, StopRule, parse_duration, parse_fraction
+
+    if until_decided and until_halfwidth:
+        raise UsageError("give one of --until-decided and --until-halfwidth")
+    until = None
+    if until_decided:
+        until = StopRule(tolerance=parse_fraction(until_decided, "--until-decided"))
+    elif until_halfwidth:
+        until = StopRule(half_width=parse_fraction(until_halfwidth, "--until-halfwidth"))
+    budget = parse_duration(max_time, "--max-time") if max_time else None
+    return Schedule(kind=kind, rounds=trials, until=until, max_time_s=budget)
+
+
+def _print_comparison(done: list[dict[str, Any]], tolerance: float | None) -> None:
+    from . import compare as comparing
+    from .console import ComparisonTable
+
+    results = comparing.comparisons(comparing.runs_of(done), tolerance)
+    if results:
+        ComparisonTable(results, tolerance).print()
+    stop = next((r["schedule"]["stop_reason"] for r in done if r.get("schedule")), "")
+    click.echo(f"stopped: {stop}")
+
+
+@dataclass(frozen=True)
+class _View:
+    """What the terminal gets: ``quiet`` only the results path; ``as_json`` the results document
+    on stdout (so the live lines go to stderr)."""
+
+    quiet: bool = False
+    as_json: bool = False
+
+    @property
+    def tables(self) -> bool:
+        return not (self.quiet or self.as_json)
+
+    @property
+    def live_stream(self):
+        return sys.stderr if self.as_json else sys.stdout
+
+
+def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedule=None,
+             view: _View = _View()) -> list[dict[str, Any]]:
+    """Run the plans, pricing the records and rewriting the results file after every trial (so an
+    interruption keeps every finished one); print ``table``; exit 1 when a run failed."""
     from . import cost, records, runner
-    from .console import RunProgress
+    from .console import run_observer
 
     done: list[dict[str, Any]] = []
 
-    def keep(record: dict[str, Any]) -> None:
-        cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
-        done.append(record)
-        records.write_results(path, done)
+    def keep(snapshot: list[dict[str, Any]]) -> None:
+        for record in snapshot:
+            cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
+        records.write_results(path, snapshot)
+        done[:] = snapshot
 
-    progress = RunProgress(len(plans) * trials)
+    total = None if schedule and schedule.until else sum(p.config.trials for p in plans)
+    observer = run_observer(total, view.quiet, view.live_stream)
     try:
-        with progress:
-            for _ in runner.execute(plans, keep, progress.update):
-                progress.finished_run()
+        with observer:
+            runner.execute(plans, keep, observer, schedule)
     except KeyboardInterrupt:
-        kept = f"kept {len(done)} finished record(s) in {path}" if done else "no run had finished, nothing written"
+        kept = f"kept {len(done)} finished record(s), with every finished trial, in {path}" if done else \
+            "no trial had finished, nothing written"
         click.echo(f"interrupted: {kept}", err=True)
         sys.exit(130)
-    table(done).print()
-    click.echo(f"results: {path}")
+    if view.tables:
+        table(done).print()
+    if view.as_json:
+        click.echo(json.dumps(records.results_document(done), indent=1))
+    click.echo(f"results: {path}", err=view.as_json)
     if any(r["status"] in ("failed", "timeout") for r in done):
         sys.exit(1)
+    return done
 
 
 @cli.command()
@@ -225,16 +303,20 @@ def compare(files: tuple[str, ...], tolerance: str | None, as_json: bool) -> Non
 @click.argument("files", nargs=-1, required=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for index.html and its PNGs.")
 @click.option("--reference/--no-reference", default=True, help="Overlay the 2018 study's published figures.")
+@click.option("--tolerance", default="3%", show_default=True, help="Equivalence bound of the comparison section.")
 @price_options
-def report(files: tuple[str, ...], out_dir: str, reference: bool, prices, price, price_per_hour, epochs) -> None:
+def report(files: tuple[str, ...], out_dir: str, reference: bool, tolerance: str, prices, price, price_per_hour,
+           epochs) -> None:
     """Write an HTML study report (throughput vs batch, images per dollar, every run) from results files."""
     from . import cost, records
     from . import report as reporting
+    from .compare import parse_tolerance
 
+    bound = parse_tolerance(tolerance)
     loaded = [r for name in files for r in records.read_results(name)]
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
-    page = reporting.write(loaded, out_dir, catalogue, explicit, epochs, include_reference=reference)
+    page = reporting.write(loaded, out_dir, catalogue, explicit, epochs, include_reference=reference, tolerance=bound)
     click.echo(f"report: {page}")
 
 
@@ -320,7 +402,7 @@ def train(plugin_names, backend_names, data_dir, timeout, output, prices, price,
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
-    _execute(plans, 1, path, catalogue, explicit, epochs, TrainingTable)
+    _execute(plans, path, catalogue, explicit, epochs, TrainingTable)
 
 
 def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
@@ -331,9 +413,16 @@ def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str,
 
 
 def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):
-    from .config import RunConfig, load_config_file
+    from .config import TF_CNN_PROTOCOL, RunConfig, load_config_file
+    from .schedule import parse_duration
 
     data: dict[str, Any] = load_config_file(config_file) if config_file else {}
+    if flags.get("protocol") == "tf_cnn":
+        data.update(TF_CNN_PROTOCOL)
+        data.pop("time_s", None)
+    if flags.get("time_box") is not None:
+        data["time_s"] = parse_duration(flags["time_box"], "--time")
+        data.pop("timed_steps", None)
     for flag, field_name in RUN_FLAGS.items():
         if flags.get(flag) is not None:
             data[field_name] = flags[flag]

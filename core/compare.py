@@ -1,5 +1,14 @@
-"""Comparing runs: pair records by config, the throughput ratio with a 95% bootstrap interval,
-and an equivalence verdict against a tolerance (TOST-style: decided only by the whole interval).
+"""Comparing runs: pair records by config, the throughput ratio with a 95% interval, and an
+equivalence verdict against a tolerance (TOST-style: decided only by the whole interval).
+
+Two analyses, and the output says which one it used:
+
+- **paired**, when both records come from one interleaved run (same ``schedule.run_id``): the
+  trials of one round ran next to each other, so the per-round ratios cancel the machine's drift;
+  the interval is a t-interval on their logarithms (``accelbench.stats.paired_ratio``).
+- **unpaired**, otherwise: a percentile bootstrap over each side's trials (or, with one trial,
+  over its timed steps). Such an interval sees no run-to-run variation, so a comparison resting on
+  one trial (or one round) per side is never ``within`` or ``outside``: it is ``undecided``.
 
 - ``within``: the whole interval lies inside [1 - t, 1 + t]
 - ``outside``: the whole interval lies outside it
@@ -19,12 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from . import validation
-from .records import read_json
+from . import stats, validation
 from .errors import UsageError
+from .records import read_json
+from .schedule import StopRule, parse_fraction
 from .stats import BOOTSTRAP_RESAMPLES
 
 EXIT_CODES = {"within": 0, "outside": 1, "undecided": 3}
+PAIRED_ANALYSIS = "paired rounds (t-interval on log-ratios, order effect removed)"
 
 
 @dataclass(frozen=True)
@@ -45,16 +56,14 @@ class Comparison:
     samples: str
     verdict: str | None = None
     note: str = ""
+    #: ``PAIRED_ANALYSIS`` or "unpaired bootstrap over trials|timed steps"
+    analysis: str = ""
+    #: the interval rests on one round or one trial per side: nothing can be decided from it
+    single_sample: bool = False
 
 
 def parse_tolerance(text: str) -> float:
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise UsageError(f"--tolerance must be like 3% or 0.03, got {text!r}") from None
-    if not 0 < value < 1:
-        raise UsageError(f"--tolerance must be between 0 and 100%, got {text!r}")
-    return value
+    return parse_fraction(text, "--tolerance")
 
 
 def load_runs(paths: list[str]) -> list[Run]:
@@ -92,33 +101,101 @@ def config_key(record: dict[str, Any]) -> str:
 
 
 def compare(runs: list[Run], tolerance: float | None, seed: int = 0) -> list[Comparison]:
-    groups: dict[str, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(config_key(run.record), []).append(run)
-    results = [_compare_pair(a, b, key, tolerance, seed)
-               for key, members in groups.items() for a, b in combinations(members, 2)]
+    results = comparisons(runs, tolerance, seed)
     if not results:
         raise UsageError("no two ok runs share a config (model, variant, precision, device, batch, image size)")
     return results
 
 
+def runs_of(records: list[dict[str, Any]]) -> list[Run]:
+    """The ``ok`` records of one invocation, labelled by backend."""
+    return [Run(_backend_id(r), r) for r in records if r["status"] == "ok"]
+
+
+def comparisons(runs: list[Run], tolerance: float | None, seed: int = 0) -> list[Comparison]:
+    """Every pair of runs that share a config (none is fine)."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(config_key(run.record), []).append(run)
+    return [_compare_pair(a, b, key, tolerance, seed)
+            for key, members in groups.items() for a, b in combinations(members, 2)]
+
+
+def decided(records: list[dict[str, Any]], rule: StopRule) -> str:
+    """Why an ``until`` run may stop now (every comparison among these records meets ``rule``), or
+    "" to go on."""
+    results = comparisons(runs_of(records), rule.tolerance)
+    if not results:
+        return "nothing left to compare (a run did not finish)"
+    if rule.tolerance is not None and all(r.verdict in ("within", "outside") for r in results):
+        return "decided: " + "; ".join(f"{r.a} / {r.b} {r.verdict} ±{rule.tolerance:.1%} "
+                                       f"(ratio {r.ratio:.3f}, 95% CI {r.ci95[0]:.3f}–{r.ci95[1]:.3f})"
+                                       for r in results)
+    if rule.half_width is not None and all(not r.single_sample and relative_half_width(r) <= rule.half_width
+                                           for r in results):
+        return "precise: " + "; ".join(f"{r.a} / {r.b} ratio {r.ratio:.3f} ±{relative_half_width(r):.2%}"
+                                       for r in results)
+    return ""
+
+
+def relative_half_width(result: Comparison) -> float:
+    """The larger side of the 95% interval, relative to the ratio."""
+    return max(result.ratio - result.ci95[0], result.ci95[1] - result.ratio) / result.ratio
+
+
 def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int) -> Comparison:
-    rng = np.random.default_rng(seed)
-    samples_a, unit_a, count_a = _throughput_samples(a.record, rng)
-    samples_b, unit_b, count_b = _throughput_samples(b.record, rng)
-    ratios = samples_a / samples_b
-    low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
-    point = a.record["throughput"]["images_per_sec"] / b.record["throughput"]["images_per_sec"]
-    unit = unit_a if unit_a == unit_b else "samples"
+    paired = _paired_rates(a.record, b.record)
+    if paired:
+        estimate = stats.paired_ratio(*paired)
+        point, ci, count, unit = estimate.ratio, estimate.ci95, estimate.samples, "rounds"
+        samples, analysis = f"{count} paired rounds", PAIRED_ANALYSIS
+    else:
+        point, ci, count, unit, samples = _unpaired(a.record, b.record, seed)
+        analysis = f"unpaired bootstrap over {unit}"
     result = Comparison(a.label, b.label, key, a.record["throughput"]["images_per_sec"],
-                        b.record["throughput"]["images_per_sec"], point, (low, high),
-                        f"{count_a} vs {count_b} {unit}")
+                        b.record["throughput"]["images_per_sec"], point, ci, samples, analysis=analysis)
+    single = (count < 2) if paired else (unit != "trials")
+    result.single_sample = single
     if tolerance is not None:
-        result.verdict, result.note = verdict(point, (low, high), tolerance, min(count_a, count_b), unit)
-    if unit != "trials":
-        result.note = (result.note + "; " if result.note else "") + \
-            "interval covers step-to-step noise only: use --trials >= 3 for run-to-run variation"
+        result.verdict, result.note = verdict(point, ci, tolerance, count, unit)
+        if single:  # more of the same would not help: the interval lacks run-to-run variation
+            result.verdict = "undecided"
+            result.note = ("one round: no interval exists yet; run --trials >= 3" if paired else
+                           "one trial per side: its interval covers step-to-step noise only, not run-to-run "
+                           "variation; run both in one invocation with --trials >= 3 (paired rounds)")
+    elif single and not paired:
+        result.note = "interval covers step-to-step noise only: use --trials >= 3 for run-to-run variation"
     return result
+
+
+def _paired_rates(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[float], list[float], list[bool]] | None:
+    """Per-round images/sec of both sides, and whether A ran first in each round, when they were
+    interleaved in one run; else None."""
+    sa, sb = a.get("schedule"), b.get("schedule")
+    if not (sa and sb and sa["run_id"] == sb["run_id"] and sa["kind"] == sb["kind"] == "interleaved"):
+        return None
+    rounds_a, rounds_b = _trials_by_round(a), _trials_by_round(b)
+    common = sorted(set(rounds_a) & set(rounds_b))
+    if not common:
+        return None
+    return ([rounds_a[r]["images_per_sec"] for r in common], [rounds_b[r]["images_per_sec"] for r in common],
+            [rounds_a[r]["started_utc"] < rounds_b[r]["started_utc"] for r in common])
+
+
+def _trials_by_round(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {t["round"]: t for t in record["trials"]
+            if t["status"] == "ok" and "round" in t and "started_utc" in t and t["images_per_sec"]}
+
+
+def _unpaired(a: dict[str, Any], b: dict[str, Any], seed: int) -> tuple[float, tuple[float, float], int, str, str]:
+    rng = np.random.default_rng(seed)
+    samples_a, unit_a, count_a = _throughput_samples(a, rng)
+    samples_b, unit_b, count_b = _throughput_samples(b, rng)
+    low, high = (float(x) for x in np.percentile(samples_a / samples_b, [2.5, 97.5]))
+    point = a["throughput"]["images_per_sec"] / b["throughput"]["images_per_sec"]
+    unit = unit_a if unit_a == unit_b else "timed steps"
+    samples = f"{count_a} vs {count_b} {unit}" if unit_a == unit_b else f"{count_a} {unit_a} vs {count_b} {unit_b}"
+    return point, (low, high), min(count_a, count_b), unit, samples
 
 
 def _throughput_samples(record: dict[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, str, int]:

@@ -38,8 +38,14 @@ class RunConfig:
     image_size: int = 224
     num_classes: int = 1000
     data: str = "synthetic"
+    #: warm-up steps: all of them ("fixed"), or the cap of a warm-up that ends once the step time
+    #: is stable ("stable"); ``warmup`` None: stable when time-boxed, fixed when counted
     warmup_steps: int = 10
-    timed_steps: int = 100
+    warmup: str | None = None
+    #: timed steps (counted, the tf_cnn_benchmarks protocol), or ``time_s`` seconds of whole steps
+    #: (a time box); neither: a time box of ``DEFAULT_TIME_S`` (counted for multi-worker runs)
+    timed_steps: int | None = None
+    time_s: float | None = None
     trials: int = 1
     threads: int | None = None
     inter_op_threads: int | None = None
@@ -87,6 +93,28 @@ class RunConfig:
         return self.threads or max(1, (os.cpu_count() or 1) // self.workers)
 
 
+#: the timed phase of a run given neither steps nor time: long enough for a tight interval at a
+#: few images/sec, short enough that every built-in plugin runs in about 5 minutes on 2 cores
+DEFAULT_TIME_S = 45.0
+#: multi-worker runs count steps: workers in lock step must agree on the count before they start
+DEFAULT_TIMED_STEPS = 100
+#: ``--protocol tf_cnn``: tf_cnn_benchmarks' own warm-up and step counts
+TF_CNN_PROTOCOL = {"warmup": "fixed", "warmup_steps": 10, "timed_steps": 100}
+
+
+def timed_phase(config: RunConfig) -> dict[str, Any]:
+    """The warm-up rule and timed-phase length a run will use; UsageError for a contradiction."""
+    if config.timed_steps is not None and config.time_s is not None:
+        raise UsageError("give one of --timed-steps and --time")
+    if config.workers > 1 and (config.time_s is not None or config.warmup == "stable"):
+        raise UsageError("multi-worker runs count steps in lock step: give --timed-steps and --warmup fixed, not --time")
+    timed_steps, time_s = config.timed_steps, config.time_s
+    if timed_steps is None and time_s is None:
+        timed_steps, time_s = (DEFAULT_TIMED_STEPS, None) if config.workers > 1 else (None, DEFAULT_TIME_S)
+    return {"timed_steps": timed_steps, "time_s": time_s,
+            "warmup": config.warmup or ("stable" if time_s is not None else "fixed")}
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a JSON or TOML config file into a dict (not yet validated)."""
     path = Path(path)
@@ -122,6 +150,7 @@ def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int
     """
     global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
     return config.replace(
+        **timed_phase(config),
         # ResNet-50's v1/v1.5 variants; other models have none
         variant=(config.variant or info.default_variant) if config.model == "resnet50" else None,
         precision=config.precision or info.default_precision,

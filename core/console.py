@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+import time
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from .runner import RunObserver
 
 COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
            "95% CI", "step median", "CV", "GFLOP/s")
@@ -15,7 +18,7 @@ NUMERIC_COLUMNS = set(COLUMNS[5:])
 STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable": "yellow", "skipped": "yellow"}
 
 
-class RunProgress:
+class RunProgress(RunObserver):
     """One bar for the whole run and one line for the step loop in progress (on stderr).
 
     Redrawn only when a worker reports (at most once a second), never by a timer thread: on a
@@ -23,11 +26,11 @@ class RunProgress:
     preempts a framework thread in the middle of a parallel op, and the whole op waits for it.
     """
 
-    def __init__(self, total_trials: int):
+    def __init__(self, total_trials: int | None):
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
                                   auto_refresh=False)
-        self._overall = self._progress.add_task("runs", total=total_trials)
+        self._overall = self._progress.add_task("trials", total=total_trials)
         self._steps = self._progress.add_task("", total=None, visible=False)
 
     def __enter__(self) -> "RunProgress":
@@ -37,13 +40,69 @@ class RunProgress:
     def __exit__(self, *exc: Any) -> None:
         self._progress.__exit__(*exc)
 
-    def update(self, backend_id: str, trial: int, phase: str, done: int, total: int) -> None:
+    def started(self, backend_id: str, trial: int, round_index: int) -> None:
+        self.progress(backend_id, trial, "starting", 0, None)
+
+    def progress(self, backend_id: str, trial: int, phase: str, done: int, total: int | None) -> None:
         self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
                               completed=done, total=total, visible=True, refresh=True)
 
-    def finished_run(self) -> None:
+    def finished(self, record: dict) -> None:
         self._progress.advance(self._overall)
         self._progress.refresh()
+
+
+class LogLines(RunObserver):
+    """Plain lines for a log file or CI (output not a terminal): one when each trial starts, one
+    when it ends (status, images/sec, interval, elapsed, warnings), and one at most every
+    ``INTERVAL_S`` while a long phase runs, so a log shows the run is alive."""
+
+    INTERVAL_S = 30.0
+
+    def __init__(self, stream: TextIO, total_trials: int | None = None):
+        self.stream, self.total = stream, total_trials
+        self.count, self.trial_start, self.last_line = 0, 0.0, 0.0
+        self.warned: set[str] = set()
+
+    def started(self, backend_id: str, trial: int, round_index: int) -> None:
+        self.count += 1
+        self.trial_start = self.last_line = time.monotonic()
+        of = f"/{self.total}" if self.total else ""
+        self._line(f"start {backend_id} trial {trial + 1} (round {round_index + 1}; trial {self.count}{of} of this run)")
+
+    def progress(self, backend_id: str, trial: int, phase: str, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self.last_line < self.INTERVAL_S:
+            return
+        self.last_line = now
+        steps = f"{done}/{total}" if total else f"{done}"
+        self._line(f"... {backend_id} trial {trial + 1}: {phase} {steps} steps, {now - self.trial_start:.0f} s")
+
+    def finished(self, record: dict) -> None:
+        trial = record["trials"][-1]
+        rate = f", {trial['images_per_sec']:.2f} img/s this trial" if trial["images_per_sec"] else ""
+        tp = record["throughput"]
+        pooled = (f", {tp['images_per_sec']:.2f} img/s over {len(record['trials'])} trial(s) "
+                  f"(95% CI {tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f})") if tp and len(record["trials"]) > 1 else ""
+        reason = f": {record['reason']}" if record["reason"] else ""
+        self._line(f"end {record['plugin']['name']}:{record['backend']['name']} trial {len(record['trials'])}: "
+                   f"{record['status']}{reason}{rate}{pooled}, {time.monotonic() - self.trial_start:.0f} s")
+        for warning in record["warnings"]:
+            if warning not in self.warned:  # a record's warnings stay with it trial after trial
+                self.warned.add(warning)
+                self._line(f"  warning: {warning}")
+
+    def _line(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.stream, flush=True)
+
+
+def run_observer(total_trials: int | None, quiet: bool, stream: TextIO) -> RunObserver:
+    """The live view of a run: a progress bar on a terminal, plain lines in a log, or nothing."""
+    if quiet:
+        return RunObserver()
+    if stream.isatty():
+        return RunProgress(total_trials)
+    return LogLines(stream, total_trials)
 
 
 class ResultsTable:
@@ -54,6 +113,10 @@ class ResultsTable:
         # an 80-column default would truncate the figures when output goes to a file or CI log
         console = console or Console(width=None if sys.stdout.isatty() else 180)
         console.print(self.table())
+        for r in self.records:
+            for warning in r["warnings"]:
+                console.print(f"[yellow]warning[/] {r['plugin']['name']}:{r['backend']['name']}: {warning}",
+                              highlight=False)
 
     def table(self) -> Table:
         table = Table(title="accelbench results")
@@ -132,10 +195,11 @@ class ComparisonTable:
         console = console or Console(width=None if sys.stdout.isatty() else 180)
         bound = f" (tolerance ±{self.tolerance:.1%})" if self.tolerance else ""
         table = Table(title=f"accelbench comparison: A / B images/sec{bound}")
-        for column in ("A", "B", "config", "A img/s", "B img/s", "ratio", "95% CI", "verdict", "samples", "note"):
+        for column in ("A", "B", "config", "A img/s", "B img/s", "ratio", "95% CI", "verdict", "samples",
+                       "analysis", "note"):
             table.add_column(column, justify="right" if column in ("A img/s", "B img/s", "ratio", "95% CI") else "left")
         for r in self.results:
             table.add_row(r.a, r.b, r.config, f"{r.a_images_per_sec:.2f}", f"{r.b_images_per_sec:.2f}",
                           f"{r.ratio:.3f}", f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}",
-                          f"[{VERDICT_STYLE[r.verdict]}]{r.verdict or '-'}[/]", r.samples, r.note)
+                          f"[{VERDICT_STYLE[r.verdict]}]{r.verdict or '-'}[/]", r.samples, r.analysis, r.note)
         console.print(table)

@@ -24,6 +24,7 @@ def collect() -> dict:
     return {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
+        "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(MATH_FLAG_PREFIXES)),
         "cpu_cores": os.cpu_count() or 1,
         "memory_bytes": _memory_bytes(),
         "os": platform.platform(),
@@ -31,6 +32,27 @@ def collect() -> dict:
         "packages": package_versions(),
         "accelerators": gpus() + tpus(),
     }
+
+
+#: the CPU flags a record keeps: the vector and matrix units that decide a framework's kernels
+MATH_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "asimd", "sve")
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``'s flags or Features line); empty where unknown.
+
+    The machines change from day to day, and what a framework can do natively (or only emulate)
+    follows from these, so plugins decide capability from them and records keep them.
+    """
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def package_versions() -> dict[str, str]:

@@ -37,7 +37,7 @@ def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
         if refusal:
             return [TrialOutcome("unavailable", refusal) for _ in workers]
         prepared = _all(workers, services, "prepare")
-        timings = _all(workers, services, "run", config.warmup_steps, config.timed_steps, on_progress=on_progress)
+        timings = _all(workers, services, "run", on_progress=on_progress)
         finals = _all(workers, services, "teardown")
         return [TrialOutcome("ok", "", t, p, f) for t, p, f in zip(timings, prepared, finals)]
     except WorkerFailure as failure:

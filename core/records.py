@@ -33,6 +33,10 @@ class TrialOutcome:
     final: dict[str, Any] | None = None
     #: train mode: the epoch loop's result (``accelbench.training.TrainingResult`` as JSON)
     training: dict[str, Any] | None = None
+    #: the schedule's round this trial ran in, and when it started and ended (UTC)
+    round: int | None = None
+    started_utc: str | None = None
+    ended_utc: str | None = None
 
 
 @dataclass
@@ -43,10 +47,12 @@ class RunContext:
     outcomes: list[TrialOutcome] = field(default_factory=list)
     #: the ``distributed`` block of a multi-worker run
     distributed: dict[str, Any] | None = None
+    #: the ``schedule`` block: the run this record's trials were interleaved in, and why it stopped
+    schedule: dict[str, Any] | None = None
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+def utc_now(timespec: str = "seconds") -> str:
+    return datetime.now(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def build(ctx: RunContext) -> dict[str, Any]:
@@ -78,13 +84,16 @@ def build(ctx: RunContext) -> dict[str, Any]:
         "throughput": None,
         "step_time": None,
         "flops": None,
-        "settings": prepared.get("settings", {}),
+        # a copy: the record is rebuilt after every trial, and its building edits settings
+        "settings": dict(prepared.get("settings", {})),
         "config": cfg.to_dict(),
         "environment": ctx.environment,
-        "warnings": [],
+        "warnings": list(prepared.get("warnings", [])),
     }
     if ctx.distributed:
-        record["distributed"] = ctx.distributed
+        record["distributed"] = dict(ctx.distributed)
+    if ctx.schedule:
+        record["schedule"] = ctx.schedule
     if cfg.mode == "train":
         record["mode"] = "train"
         _add_training(record, cfg, ctx.outcomes[-1])
@@ -100,6 +109,21 @@ def build(ctx: RunContext) -> dict[str, Any]:
 def _add_achieved_flops(record: dict[str, Any]) -> None:
     if record["flops"] and record["throughput"]:
         record["flops"]["achieved_per_s"] = record["throughput"]["images_per_sec"] * record["flops"]["per_image"]
+        _add_utilisation(record)
+
+
+def _add_utilisation(record: dict[str, Any]) -> None:
+    """Achieved / the published peak of the run's accelerators (none known for CPUs here)."""
+    from . import peaks
+
+    device = record["device"]
+    names = [device["name"]] + [a["name"] for a in record["environment"]["accelerators"] if a["kind"] == device["kind"]]
+    devices = device["count"] * record.get("distributed", {}).get("workers", 1)
+    peak = next((p for p in (peaks.published(device["kind"], n, record["precision"], devices) for n in names if n) if p),
+                None)
+    if peak:
+        record["flops"].update(peak_per_sec=peak.flops_per_s, peak_source=peak.source,
+                               utilisation=record["flops"]["achieved_per_s"] / peak.flops_per_s)
 
 
 def _add_scaling_efficiency(record: dict[str, Any]) -> None:
@@ -122,15 +146,21 @@ def _add_training(record: dict[str, Any], cfg: RunConfig, outcome: TrialOutcome)
                           "preprocessing": preprocessing, "cost_to_target": None}
 
 
-def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> dict[str, int]:
-    """Steps actually run: whole calls of ``per_call`` steps each (the worker rounds up). In train
-    mode: the first epoch is the warm-up, the later epochs' steps are the timed ones."""
+def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> dict[str, Any]:
+    """Steps actually run (the first trial's; every trial row has its own), and how their number
+    was decided. In train mode: the first epoch is the warm-up, the later epochs' steps the timed
+    ones. A run that never stepped shows the counts it was given (0 timed steps for a time box)."""
     trained = next((o.training for o in outcomes if o.training), None)
     if trained:
         return {"warmup": trained["steps_per_epoch"], "timed": max(1, len(outcomes[-1].timing["step_times"])),
                 "steps_per_sample": 1}
+    timing = next((o.timing for o in outcomes if o.timing), None)
+    if timing:
+        return {"warmup": timing["warmup_calls"] * per_call, "timed": timing["timed_calls"] * per_call,
+                "steps_per_sample": per_call, "warmup_rule": timing["warmup_rule"],
+                "timed_rule": timing["timed_rule"]}
     whole = lambda steps: math.ceil(steps / per_call) * per_call  # noqa: E731
-    return {"warmup": whole(cfg.warmup_steps), "timed": whole(cfg.timed_steps), "steps_per_sample": per_call}
+    return {"warmup": whole(cfg.warmup_steps), "timed": whole(cfg.timed_steps or 0), "steps_per_sample": per_call}
 
 
 def _overall_status(outcomes: list[TrialOutcome]) -> tuple[str, str]:
@@ -145,13 +175,16 @@ def _overall_status(outcomes: list[TrialOutcome]) -> tuple[str, str]:
 def trial_row(index: int, outcome: TrialOutcome, batch: int) -> dict[str, Any]:
     """One trial's (or one worker's) figures: ``batch`` images per step, as that process timed them."""
     timing = outcome.timing
+    when = {key: value for key, value in (("round", outcome.round), ("started_utc", outcome.started_utc),
+                                          ("ended_utc", outcome.ended_utc)) if value is not None}
     if not timing:
         return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": None,
-                "wall_time_s": None, "images_per_sec": None, "step_times_s": [], "losses": []}
+                "wall_time_s": None, "images_per_sec": None, "step_times_s": [], "losses": [], **when}
     images = batch * timing["timed_calls"] * timing["steps_per_call"]
     return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": images,
             "wall_time_s": timing["wall_time_s"], "images_per_sec": images / timing["wall_time_s"],
-            "step_times_s": timing["step_times"], "losses": timing["losses"]}
+            "step_times_s": timing["step_times"], "losses": timing["losses"],
+            "warmup_steps": timing.get("warmup_calls", 0) * timing["steps_per_call"], **when}
 
 
 def _add_statistics(record: dict[str, Any], cfg: RunConfig) -> None:
@@ -170,12 +203,33 @@ def _add_statistics(record: dict[str, Any], cfg: RunConfig) -> None:
                                   f"{stats.CV_WARNING:.0%}: the machine was noisy or the run too short")
     if any(loss is None for t in trials for loss in t["losses"]):
         record["warnings"].append("the training loss was NaN or infinite during timed steps")
+    _add_trend(record)
+
+
+def _add_trend(record: dict[str, Any]) -> None:
+    """Drift diagnostic: does images/sec move with the round index? (interleaved runs only)"""
+    trials = [t for t in record["trials"] if "round" in t]
+    found = stats.trend([t["round"] for t in trials], [t["images_per_sec"] for t in trials])
+    if found is None:
+        return
+    record["throughput"]["trend"] = {"slope_per_round": found.slope_per_round, "p_value": found.p_value,
+                                     "rounds": found.rounds}
+    if found.significant:
+        record["warnings"].append(
+            f"images/sec trended {found.slope_per_round:+.2%} per round over {found.rounds} rounds "
+            f"(p={found.p_value:.3f}): the machine's speed drifted; compare runs interleaved in one "
+            f"invocation (paired rounds), not across invocations")
 
 
 def check(record: dict[str, Any]) -> None:
     problems = validation.errors("result", record)
     if problems:
         raise InvalidRecord("; ".join(problems))
+
+
+def check_all(records: list[dict[str, Any]]) -> None:
+    for record in records:
+        check(record)
 
 
 def results_document(records: list[dict[str, Any]]) -> dict[str, Any]:

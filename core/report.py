@@ -22,6 +22,11 @@ from . import cost
 SWEEP_PNG = "throughput_vs_batch.png"
 DOLLARS_PNG = "images_per_dollar.png"
 ACCURACY_PNG = "accuracy_vs_epoch.png"
+ROUNDS_PNG = "images_per_sec_by_round.png"
+COMPARE_PNG = "comparisons.png"
+REFERENCE_MARKERS = ("*", "P", "X", "D", "s", "^")
+#: the equivalence bound of the report's comparison section (``accelbench report --tolerance``)
+DEFAULT_TOLERANCE = 0.03
 
 
 def study_reference() -> dict[str, Any]:
@@ -55,7 +60,7 @@ def sweep_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
     return {label: sorted(points) for label, points in series.items()}
 
 
-def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None):
+def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None, title: str = ""):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -64,15 +69,15 @@ def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None
     for label, points in sweep_series(records).items():
         batches, rates = zip(*points)
         ax.plot(batches, rates, marker="o", label=label)
-    if reference:
-        for ref in reference["throughput"]:
-            ax.scatter([ref["global_batch"]], [ref["images_per_sec"]], marker="*", s=120,
-                       label=f"{ref['label']} (published)")
+    if reference:  # black hollow stars, never a colour of the runs' cycle: not a series of yours
+        for ref, marker in zip(reference["throughput"], REFERENCE_MARKERS):
+            ax.scatter([ref["global_batch"]], [ref["images_per_sec"]], marker=marker, s=110, facecolors="none",
+                       edgecolors="black", linewidths=1.2, label=f"2018 study, published: {ref['label']}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("global batch size")
     ax.set_ylabel("images / second (training, synthetic data)")
-    ax.set_title("ResNet-50 training throughput against batch size")
+    ax.set_title(title or "Training throughput against batch size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -84,19 +89,18 @@ def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bars = [(f"{run_label(r)} b{r['batch']['global']}", r["cost"]["images_per_dollar"], "tab:blue")
+    bars = [(f"{run_label(r)} b{r['batch']['global']}", r["cost"]["images_per_dollar"], "tab:blue", "")
             for r in records if r.get("cost", {}).get("price")]
     if reference:
         prices = {p.name: p for p in catalogue}
-        bars += [(f"{ref['label']} (published)",
-                  cost.images_per_dollar(ref["images_per_sec"], prices[ref["price"]].price_per_hour), "tab:gray")
+        bars += [(f"2018 study, published: {ref['label']}",
+                  cost.images_per_dollar(ref["images_per_sec"], prices[ref["price"]].price_per_hour), "white", "//")
                  for ref in reference["throughput"] if ref["price"] in prices]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(bars) + 1.5))
-    if bars:
-        labels, values, colours = zip(*bars)
-        ax.barh(labels, values, color=colours)
+    for label, value, colour, hatch in bars:
+        ax.barh(label, value, color=colour, hatch=hatch, edgecolor="black" if hatch else colour)
     ax.set_xlabel("images per dollar")
-    ax.set_title("Cost-performance (no bar: no price given or matched)")
+    ax.set_title("Images per dollar")
     fig.tight_layout()
     return fig
 
@@ -123,26 +127,110 @@ def accuracy_figure(records: list[dict[str, Any]]):
     return fig
 
 
+def round_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """images/sec of every trial against its round, one series per record of an interleaved run
+    with two rounds or more (drift shows as a slope shared by every series)."""
+    series = {}
+    for record in records:
+        points = [(t["round"], t["images_per_sec"]) for t in record["trials"]
+                  if "round" in t and t["images_per_sec"]]
+        if len(points) >= 2:
+            series[f"{run_label(record)} b{record['batch']['global']} [run {record['schedule']['run_id'][:6]}]"] = points
+    return series
+
+
+def rounds_figure(series: dict[str, list[tuple[int, float]]]):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for label, points in series.items():
+        ax.plot(*zip(*points), marker="o", label=label)
+    ax.set_xlabel("round (every run once per round, order reversed every other round)")
+    ax.set_ylabel("images / second")
+    ax.set_title("Trials by round: a shared slope is the machine drifting")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("training")]
 
 
+def workload_label(record: dict[str, Any]) -> str:
+    """What a figure may put side by side: same model (and variant), image size and data."""
+    model = " ".join(filter(None, (record["model"]["name"], record["model"]["variant"])))
+    data = f"training on {record['data']['source']}" if record.get("mode") == "train" else "synthetic data"
+    return f"{model}, {record['image_size']}px, {data}"
+
+
+def workloads(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(workload_label(record), []).append(record)
+    return groups
+
+
+def is_study_workload(records: list[dict[str, Any]]) -> bool:
+    """The 2018 study's figures belong only beside ResNet-50 at 224x224 on synthetic data."""
+    r = records[0]
+    return r["model"]["name"] == "resnet50" and r["image_size"] == 224 and r.get("mode", "throughput") == "throughput"
+
+
+def comparison_figure(results: list, tolerance: float):
+    """A forest plot: each pair's ratio with its 95% interval, the tolerance band shaded."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(results) + 1.6))
+    ax.axvspan(1 - tolerance, 1 + tolerance, color="tab:green", alpha=0.12, label=f"±{tolerance:.0%}")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    colours = {"within": "tab:green", "outside": "tab:red", "undecided": "tab:orange", None: "tab:blue"}
+    for row, result in enumerate(results):
+        ax.errorbar([result.ratio], [row], xerr=[[result.ratio - result.ci95[0]], [result.ci95[1] - result.ratio]],
+                    fmt="o", color=colours[result.verdict], capsize=4)
+    ax.set_yticks(range(len(results)), [f"{r.a} / {r.b}" for r in results], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("images/sec ratio A / B with 95% interval")
+    ax.set_title("Comparisons")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[cost.Price],
           explicit: cost.Price | None = None, epochs: int = cost.DEFAULT_EPOCHS,
-          include_reference: bool = True) -> Path:
+          include_reference: bool = True, tolerance: float = DEFAULT_TOLERANCE) -> Path:
     """Write index.html and its PNGs into ``out_dir``; returns the HTML path."""
+    from . import compare
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     priced = with_costs(records, catalogue, explicit, epochs)
     reference = study_reference() if include_reference else None
-    figures = [(SWEEP_PNG, sweep_figure(priced, reference)), (DOLLARS_PNG, dollars_figure(priced, reference, catalogue))]
+    groups = workloads(priced)
+    figures = []
+    for index, (label, members) in enumerate(groups.items()):
+        shown = reference if reference and is_study_workload(members) else None
+        figures += [(_figure_name(index, SWEEP_PNG), sweep_figure(members, shown, f"Throughput against batch: {label}")),
+                    (_figure_name(index, DOLLARS_PNG), dollars_figure(members, shown, catalogue))]
     if training_records(priced):
         figures.append((ACCURACY_PNG, accuracy_figure(priced)))
+    rounds = round_series(priced)
+    if rounds:
+        figures.append((ROUNDS_PNG, rounds_figure(rounds)))
+    comparisons = compare.comparisons(compare.runs_of(priced), tolerance)
+    if comparisons:
+        figures.append((COMPARE_PNG, comparison_figure(comparisons, tolerance)))
     for name, fig in figures:
         fig.savefig(out / name, dpi=110)
         import matplotlib.pyplot as plt
         plt.close(fig)
-    page = _page(priced, reference, catalogue, epochs)
+    page = _page(priced, groups, comparisons, tolerance, reference, catalogue, epochs)
     target = out / "index.html"
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".index.", suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
@@ -152,35 +240,72 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
     return target
 
 
-def _page(records: list[dict[str, Any]], reference: dict[str, Any] | None, catalogue: list[cost.Price],
-          epochs: int) -> str:
-    rows = "\n".join(_run_row(r, epochs) for r in records)
+def _figure_name(workload_index: int, name: str) -> str:
+    return f"w{workload_index}-{name}"
+
+
+def _page(records: list[dict[str, Any]], groups: dict[str, list[dict[str, Any]]], comparisons: list,
+          tolerance: float, reference: dict[str, Any] | None, catalogue: list[cost.Price], epochs: int) -> str:
+    sections = "\n".join(_workload_section(index, label, members, epochs)
+                         for index, (label, members) in enumerate(groups.items()))
     study = _study_section(reference, catalogue, epochs) if reference else ""
     convergence = _training_section(training_records(records))
-    environment = records[0]["environment"] if records else {}
-    machine = html.escape(f"{environment.get('cpu_model', '')}, {environment.get('cpu_cores', '')} cores, "
-                          f"{', '.join(a['name'] for a in environment.get('accelerators', [])) or 'no accelerator'}")
+    drift = _rounds_section(records) if round_series(records) else ""
+    title = html.escape("accelbench report: " + ("; ".join(groups) or "no runs"))
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>accelbench report</title>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}</style>
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}
+tr.warn td{{background:#fff4d6}}.warning{{color:#8a5a00;font-size:12px;text-align:left}}img{{max-width:100%}}</style>
 </head><body>
-<h1>accelbench report: ResNet-50 training</h1>
-<p>Machine: {machine}. {len(records)} run(s). Throughput = images in the timed steps / wall time of
-those steps, synthetic data, device sync at every step. Cost of {epochs} epochs uses the ImageNet epoch
-of {cost.IMAGENET_EPOCH_IMAGES:,} images.</p>
-<h2>Throughput against batch size</h2><img src="{SWEEP_PNG}" alt="images/sec against global batch">
-<h2>Images per dollar</h2><img src="{DOLLARS_PNG}" alt="images per dollar">
-<h2>Every run</h2>
-<table><tr><th>run</th><th>status</th><th>global / per-device batch</th><th>images/s</th><th>95% CI</th>
-<th>step median (ms)</th><th>CV</th><th>GFLOP/s</th><th>price / h</th><th>images per $</th><th>$ per epoch</th>
-<th>$ for {epochs} epochs</th></tr>
-{rows}
-</table>
+<h1>{title}</h1>
+<p>{len(records)} run(s). Throughput = images in the timed steps / wall time of those steps, device sync at
+every step. Cost of {epochs} epochs uses the ImageNet epoch of {cost.IMAGENET_EPOCH_IMAGES:,} images. Rows
+shaded yellow carry a warning (a high step-time CV, drift, an emulated precision): read their figures with it.
+Published 2018 figures are drawn as black hollow markers and hatched bars, never as one of your runs.</p>
+{_comparison_section(comparisons, tolerance)}
+{sections}
+{drift}
 {convergence}
 {study}
 </body></html>
 """
+
+
+def _workload_section(index: int, label: str, members: list[dict[str, Any]], epochs: int) -> str:
+    rows = "\n".join(_run_row(r, epochs) for r in members)
+    return f"""<h2>{html.escape(label)}</h2>
+<h3>Throughput against batch size</h3><img src="{_figure_name(index, SWEEP_PNG)}" alt="images/sec against global batch">
+<h3>Images per dollar</h3><p>A run without a bar had no price given or matched.</p>
+<img src="{_figure_name(index, DOLLARS_PNG)}" alt="images per dollar">
+<h3>Every run</h3>
+<table><tr><th>run</th><th>status</th><th>global / per-device batch</th><th>images/s</th><th>95% CI</th>
+<th>step median (ms)</th><th>CV</th><th>GFLOP/s</th><th>utilisation</th><th>price / h</th><th>images per $</th>
+<th>$ per epoch</th><th>$ for {epochs} epochs</th><th>machine</th></tr>
+{rows}
+</table>"""
+
+
+def _comparison_section(comparisons: list, tolerance: float) -> str:
+    if not comparisons:
+        return ""
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in (
+            c.a, c.b, c.config, f"{c.ratio:.3f}", f"{c.ci95[0]:.3f}–{c.ci95[1]:.3f}", c.verdict, c.samples,
+            c.analysis, c.note)) + "</tr>" for c in comparisons)
+    return f"""<h2>Comparisons (tolerance ±{tolerance:.0%})</h2>
+<p>Every pair of ok runs that share a config, as <code>accelbench compare --tolerance {tolerance:.0%}</code>
+decides it.</p><img src="{COMPARE_PNG}" alt="ratio of each pair with its 95% interval">
+<table><tr><th>A</th><th>B</th><th>config</th><th>ratio A/B</th><th>95% CI</th><th>verdict</th><th>samples</th>
+<th>analysis</th><th>note</th></tr>{rows}</table>"""
+
+
+def _machine(r: dict[str, Any]) -> str:
+    env = r["environment"]
+    units = [f for f in env.get("cpu_flags", []) if f.startswith(("avx512_bf16", "avx512_fp16", "amx", "avx512f"))]
+    accelerators = ", ".join(a["name"] for a in env["accelerators"]) or "no accelerator"
+    framework = f"{r['framework']['name']} {r['framework']['version']}".strip()
+    return f"{env['cpu_model']} ({', '.join(units) or 'no AVX-512'}), {env['cpu_cores']} cores; {accelerators}; {framework}"
 
 
 def _run_row(r: dict[str, Any], epochs: int) -> str:
@@ -193,12 +318,25 @@ def _run_row(r: dict[str, Any], epochs: int) -> str:
         f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
         f"{st['median_s'] * 1e3:.1f}" if st else "-", f"{st['cv']:.1%}" if st else "-",
         f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl.get("achieved_per_s") else "-",
+        f"{fl['utilisation']:.1%}" if fl and fl.get("utilisation") is not None else "-",
         html.escape(f"{price['price_per_hour']:.2f} {price['currency']} ({price['name']})") if price else html.escape(c["reason"]),
         f"{c['images_per_dollar']:,.0f}" if price else "-",
         f"{c['cost_per_epoch']:,.2f}" if price else "-",
         f"{c['cost_of_epochs']:,.2f}" if price else "-",
+        html.escape(_machine(r)),
     ]
-    return "<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+    row = "<tr" + (' class="warn"' if r["warnings"] else "") + ">" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+    warnings = "".join(f'<tr class="warn"><td class="warning" colspan="{len(cells)}">warning: {html.escape(w)}</td></tr>'
+                       for w in r["warnings"])
+    return row + warnings
+
+
+def _rounds_section(records: list[dict[str, Any]]) -> str:
+    trends = [f"<li>{html.escape(run_label(r))}: {html.escape(w)}</li>" for r in records for w in r["warnings"]
+              if "trended" in w]
+    listed = f"<ul>{''.join(trends)}</ul>" if trends else "<p>No run's images/sec trended significantly over its rounds.</p>"
+    return f"""<h2>Trials by round</h2><img src="{ROUNDS_PNG}" alt="images/sec of each trial against its round">
+{listed}"""
 
 
 def _training_section(records: list[dict[str, Any]]) -> str:

@@ -15,18 +15,40 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import datasets, environment, training
+from . import datasets, environment, records, training
 from .config import RunConfig
 from .errors import UsageError
 from .records import RunContext, TrialOutcome, build
 from .registry import BackendRef
+from .schedule import MIN_DECIDING_ROUNDS, Schedule
+from .timing import Timing
+from .schedule import slots as schedule_slots
 
-Progress = Callable[[str, int, str, int, int], None]  # backend id, trial, phase, done, total
+class RunObserver:
+    """What a run tells whoever watches it (the terminal, a log). Every method does nothing here;
+    it is a context manager around the run."""
+
+    def __enter__(self) -> "RunObserver":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def started(self, backend_id: str, trial: int, round_index: int) -> None:
+        """A trial's worker is about to start (``trial`` and ``round_index`` count from 0)."""
+
+    def progress(self, backend_id: str, trial: int, phase: str, done: int, total: int | None) -> None:
+        """The worker's report from inside a phase (at most about once a second); ``total`` None:
+        the phase ends on time, not on a count."""
+
+    def finished(self, record: dict) -> None:
+        """A trial ended; ``record`` is its run's record with every trial so far."""
 
 
 class WorkerFailure(Exception):
@@ -160,7 +182,7 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
             timing = training.pop("steady")
         else:
             prepared = handle.call("prepare")
-            training, timing = None, handle.call("run", config.warmup_steps, config.timed_steps, on_progress=on_progress)
+            training, timing = None, handle.call("run", on_progress=on_progress)
         handle.call("teardown")
         handle.discard_log()
         return TrialOutcome("ok", "", timing, prepared, training=training)
@@ -268,24 +290,120 @@ def _dataset_precheck(ref: BackendRef, dataset: dict[str, Any] | None) -> TrialO
     return None
 
 
-def execute(plans: list[Plan], on_record: Callable[[dict], None],
-            on_progress: Progress | None = None) -> Iterator[dict]:
-    """Run every plan's trials; yield (and hand to ``on_record``) one record per plan."""
-    env = environment.collect()
-    baselines: dict[str, float] = {}
-    for item in plans:
-        ctx = RunContext(item.ref, item.config, env)
-        if item.precheck:
-            ctx.outcomes.append(item.precheck)
-        elif item.config.workers > 1:
-            _run_multiworker_trials(ctx, on_progress, baselines.get(_baseline_key(item.ref, item.config)))
+def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
+            observer: RunObserver | None = None, schedule: Schedule | None = None) -> list[dict]:
+    """Run every plan's trials in the schedule's order; return one record per plan.
+
+    After every trial, ``on_records`` gets the records of every plan so far (a finished trial is
+    never lost, even if the run is stopped before its plan's last round).
+    """
+    schedule = schedule or Schedule(rounds=max((p.config.trials for p in plans), default=1))
+    observer = observer or RunObserver()
+    run = _ScheduledRun(plans, schedule)
+    for round_index, index in run.slots():
+        ctx = run.contexts[index]
+        observer.started(ctx.ref.id, len(ctx.outcomes), round_index)
+        run.run_trial(index, round_index, observer)
+        built = run.records()
+        on_records(list(built.values()))
+        observer.finished(built[index])
+    final = list(run.records(final=True).values())
+    on_records(final)  # with the stop reason, and the records of plans that never ran a trial
+    return final
+
+
+class _ScheduledRun:
+    """The state of one invocation's plans while the schedule walks them."""
+
+    def __init__(self, plans: list[Plan], schedule: Schedule):
+        self.schedule, self.plans = schedule, plans
+        env = environment.collect()
+        self.contexts = [RunContext(p.ref, p.config, env) for p in plans]
+        self.finished = [False] * len(plans)
+        for ctx, item, index in zip(self.contexts, plans, range(len(plans))):
+            if item.precheck:
+                ctx.outcomes.append(item.precheck)
+                self.finished[index] = True
+        self.run_id, self.started = uuid.uuid4().hex, time.monotonic()
+        self.rounds_run, self.stop_reason = 0, ""
+
+    def slots(self) -> Iterator[tuple[int, int]]:
+        """(round, plan) to run next; stops at the time budget, and (``until``) once decided."""
+        last_round = -1
+        for round_index, index in schedule_slots(self.schedule, len(self.plans)):
+            if round_index != last_round and last_round >= 0 and self._decided(last_round + 1):
+                return
+            last_round = round_index
+            if self.finished[index] or self._wanted_trials(index) <= len(self.contexts[index].outcomes):
+                continue
+            if self._out_of_time():
+                return
+            yield round_index, index
+        self.stop_reason = self.stop_reason or self._limit_reason()
+
+    def _wanted_trials(self, index: int) -> int:
+        return self.schedule.round_limit if self.schedule.until else self.plans[index].config.trials
+
+    def _out_of_time(self) -> bool:
+        budget = self.schedule.time_budget_s
+        if budget is None or time.monotonic() - self.started < budget:
+            return False
+        self.stop_reason = f"time budget of {budget:g} s spent" + (" before the answer was decided"
+                                                                    if self.schedule.until else "")
+        return True
+
+    def _limit_reason(self) -> str:
+        if self.schedule.until:
+            return f"round limit {self.schedule.round_limit} reached before the answer was decided"
+        return "every trial ran"
+
+    def _decided(self, rounds_done: int) -> bool:
+        """``until`` runs: is every comparison this run makes decided after ``rounds_done`` rounds?"""
+        rule = self.schedule.until
+        if rule is None or rounds_done < max(MIN_DECIDING_ROUNDS, self.schedule.rounds):
+            return False
+        from . import compare
+
+        decision = compare.decided(list(self.records().values()), rule)
+        if decision:
+            self.stop_reason = decision
+        return bool(decision)
+
+    def run_trial(self, index: int, round_index: int, observer: RunObserver) -> None:
+        ctx, trial = self.contexts[index], len(self.contexts[index].outcomes)
+        progress = _trial_progress(ctx, trial, observer)
+        started = records.utc_now("milliseconds")
+        if ctx.config.workers > 1:
+            outcome = _multiworker_trial(ctx, progress)
         else:
-            _run_trials(ctx, on_progress)
-        record = build(ctx)
-        if record["throughput"] and item.config.workers == 1:
-            baselines[_baseline_key(item.ref, item.config)] = record["throughput"]["images_per_sec"]
-        on_record(record)
-        yield record
+            outcome = run_trial(ctx.ref, ctx.config, progress)
+        outcome.round, outcome.started_utc, outcome.ended_utc = round_index, started, records.utc_now("milliseconds")
+        ctx.outcomes.append(outcome)
+        self.finished[index] = outcome.status != "ok"
+        self.rounds_run = max(self.rounds_run, round_index + 1)
+
+    def records(self, final: bool = False) -> dict[int, dict]:
+        """The record of every plan that has run (or was refused), by plan index; all when ``final``."""
+        baselines: dict[str, float] = {}
+        built = {}
+        for index, ctx in enumerate(self.contexts):
+            if not ctx.outcomes and not final:
+                continue
+            if ctx.distributed is not None:
+                ctx.distributed["baseline_images_per_sec"] = baselines.get(_baseline_key(ctx.ref, ctx.config))
+            ctx.schedule = self._schedule_block(index) if len(self.plans) > 1 or self.schedule.until else None
+            record = build(ctx)
+            if record["throughput"] and ctx.config.workers == 1:
+                baselines[_baseline_key(ctx.ref, ctx.config)] = record["throughput"]["images_per_sec"]
+            built[index] = record
+        return built
+
+    def _schedule_block(self, index: int) -> dict[str, Any]:
+        rule = self.schedule.until
+        return {"kind": self.schedule.kind, "run_id": self.run_id, "rounds": self.rounds_run,
+                "plans": len(self.plans), "position": index,
+                "stop_rule": rule.describe() if rule else None, "max_time_s": self.schedule.time_budget_s,
+                "elapsed_s": time.monotonic() - self.started, "stop_reason": self.stop_reason or "running"}
 
 
 def _baseline_key(ref: BackendRef, config: RunConfig) -> str:
@@ -293,18 +411,14 @@ def _baseline_key(ref: BackendRef, config: RunConfig) -> str:
     return configuration.single_worker_baseline(config).replace(seed=0).config_hash() + ref.id
 
 
-def _run_multiworker_trials(ctx: RunContext, on_progress: Progress | None, baseline: float | None) -> None:
+def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None] | None) -> TrialOutcome:
+    """One trial of a multi-worker plan; keeps the workers' block of the latest trial on ``ctx``."""
     from . import launch, multiworker
 
     engine, cfg = ctx.ref.backend.describe().distributed, ctx.config
-    for trial in range(cfg.trials):
-        outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers),
-                                         _trial_progress(ctx, trial, on_progress))
-        merged = multiworker.merge(outcomes)
-        ctx.outcomes.append(merged)
-        ctx.distributed = _distributed_block(engine, cfg, outcomes, 0, baseline)  # the last trial's workers
-        if merged.status != "ok":
-            break
+    outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers), progress)
+    ctx.distributed = _distributed_block(engine, cfg, outcomes, 0, None)
+    return multiworker.merge(outcomes)
 
 
 def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome], first_rank: int,
@@ -318,19 +432,8 @@ def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome]
             "baseline_images_per_sec": baseline, "scaling_efficiency": None}
 
 
-def _trial_progress(ctx: RunContext, trial: int, on_progress: Progress | None):
-    if on_progress is None:
-        return None
-    return lambda phase, done, total: on_progress(ctx.ref.id, trial, phase, done, total)
-
-
-def _run_trials(ctx: RunContext, on_progress: Progress | None) -> None:
-    for trial in range(ctx.config.trials):
-        outcome = run_trial(ctx.ref, ctx.config, _trial_progress(ctx, trial, on_progress))
-        ctx.outcomes.append(outcome)
-        if outcome.status != "ok":
-            return
-
+def _trial_progress(ctx: RunContext, trial: int, observer: RunObserver):
+    return lambda phase, done, total: observer.progress(ctx.ref.id, trial, phase, done, total)
 
 
 class Unavailable(Exception):
@@ -374,10 +477,13 @@ class BackendSession:
         (so the host<->worker pipe is not counted, as in ``accelbench run``)."""
         per_call = self.prepared["steps_per_call"]
         calls = self.call_times[-timed_calls:]
-        config = self.config.replace(warmup_steps=warmup_calls * per_call, timed_steps=timed_calls * per_call)
-        timing = {"step_times": [t / per_call for t in calls], "wall_time_s": sum(calls),
-                  "timed_calls": timed_calls, "steps_per_call": per_call,
-                  "losses": self.losses[-timed_calls:] if self.losses else []}
+        config = self.config.replace(warmup_steps=warmup_calls * per_call, timed_steps=timed_calls * per_call,
+                                     time_s=None, warmup="fixed")
+        timing = asdict(Timing(step_times=[t / per_call for t in calls], wall_time_s=sum(calls),
+                               timed_calls=timed_calls, steps_per_call=per_call,
+                               losses=self.losses[-timed_calls:] if self.losses else [],
+                               warmup_calls=warmup_calls, warmup_rule=f"fixed: {warmup_calls * per_call} steps",
+                               timed_rule=f"counted: {timed_calls * per_call} steps"))
         prepared = {**self.prepared, "settings": {**self.prepared["settings"], "timed_by": timed_by}}
         ctx = RunContext(self.ref, config, environment.collect(), [TrialOutcome("ok", "", timing, prepared)])
         return build(ctx)

@@ -5,10 +5,14 @@
 - cv = stdev / mean of step times; above ``CV_WARNING`` the record carries a warning
 - 95% CI for images/sec: percentile bootstrap; over trials when there are several (each trial
   is an independent process), else over the steps of the single trial
+- paired ratio of two runs interleaved in rounds: t-interval on the per-round log-ratios
+- trend: slope of a run's images/sec over its rounds, tested against zero (drift diagnostic)
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -50,3 +54,84 @@ def throughput_ci(images: Sequence[int], walls: Sequence[float], step_times: Seq
     low, high = np.percentile(samples, [2.5, 97.5])
     return (float(low), float(high)), method
 
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """A throughput ratio A/B with its 95% interval and the sample count behind it."""
+
+    ratio: float
+    ci95: tuple[float, float]
+    samples: int
+
+
+def paired_ratio(a_rates: Sequence[float], b_rates: Sequence[float],
+                 a_first: Sequence[bool] | None = None) -> RatioEstimate:
+    """A/B from paired rounds (the two trials of one round ran next to each other).
+
+    The estimate works on the per-round log-ratios, with a Student-t interval. Why t and not a
+    bootstrap: a comparison typically rests on 3-20 rounds, where a percentile bootstrap has only
+    a handful of distinct resamples and covers too rarely; the log-ratio of two throughputs is
+    close to normal, and the t-interval is exact for normal data at any sample size.
+
+    Drift common to both sides of a round cancels in its ratio, except for the part that comes
+    from one side running a little later than the other: on a machine slowing down, the second
+    trial of every round is slower. The interleaved schedule reverses the order every other round,
+    so that part changes sign with the order. When ``a_first`` says which side ran first in each
+    round and both orders occur, the log-ratios are regressed on +1 (A first) / -1 (B first), as
+    the period effect of a crossover design: the intercept is the ratio free of it, and its
+    interval (n - 2 degrees of freedom) leaves it out of the noise. Otherwise: the mean log-ratio
+    with n - 1 degrees of freedom. With too few rounds for either there is no interval: it is
+    the point itself, and nothing may be decided from it.
+    """
+    logs = np.log(np.asarray(a_rates, float) / np.asarray(b_rates, float))
+    n = int(logs.size)
+    order = None if a_first is None else np.where(np.asarray(a_first, bool), 1.0, -1.0)
+    if order is not None and n >= 3 and np.ptp(order) > 0:
+        design = np.column_stack([np.ones(n), order])
+        coef, *_ = np.linalg.lstsq(design, logs, rcond=None)
+        residual = logs - design @ coef
+        dof = n - 2
+        variance = float(residual @ residual) / dof if dof else 0.0
+        center = float(coef[0])
+        se = math.sqrt(variance * float(np.linalg.inv(design.T @ design)[0, 0])) if dof else 0.0
+    else:
+        center, dof = float(logs.mean()), n - 1
+        se = float(logs.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+    if dof < 1:
+        return RatioEstimate(math.exp(center), (math.exp(center), math.exp(center)), n)
+    from scipy import stats as scipy_stats
+
+    half = float(scipy_stats.t.ppf(0.975, dof)) * se
+    return RatioEstimate(math.exp(center), (math.exp(center - half), math.exp(center + half)), n)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Least-squares slope of images/sec against round index, relative to the mean per round."""
+
+    slope_per_round: float
+    p_value: float
+    rounds: int
+
+    @property
+    def significant(self) -> bool:
+        return self.p_value < TREND_P_VALUE
+
+
+#: a trend with a two-sided p-value below this is reported as drift
+TREND_P_VALUE = 0.05
+#: rounds before a trend is tested at all
+TREND_MIN_ROUNDS = 4
+
+
+def trend(rounds: Sequence[int], rates: Sequence[float]) -> Trend | None:
+    """The drift of one run's trials over rounds (None with too few rounds to test)."""
+    x, y = np.asarray(rounds, float), np.asarray(rates, float)
+    if x.size < TREND_MIN_ROUNDS or np.ptp(x) == 0:
+        return None
+    from scipy import stats as scipy_stats
+
+    fit = scipy_stats.linregress(x, y)
+    p_value = float(fit.pvalue) if math.isfinite(fit.pvalue) else 1.0
+    return Trend(float(fit.slope / y.mean()), p_value, int(x.size))

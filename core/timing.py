@@ -4,17 +4,58 @@ Warm-up steps are excluded. The timed region is read with ``perf_counter`` at ev
 boundary; every ``step()`` returns only after the device has finished, so each boundary is a
 device sync. The wall time of the timed region is the sum of contiguous step intervals, so
 throughput = images in the timed steps / that wall time (never an average of per-step rates).
+
+How many steps: a run either counts them (the tf_cnn_benchmarks protocol: a fixed warm-up, then
+a fixed number of timed steps) or boxes them in time, so that one command takes about as long on
+a fast CPU as on one that emulates the precision in software:
+
+- warm-up ``stable``: ends once the last ``STABLE_WINDOW`` step times lie within
+  ``STABLE_SPREAD`` of their median (first-step compilation, allocator growth and cache warm-up
+  are over, as pyperf and pytest-benchmark calibrate), or at the cap of ``warmup_steps`` steps, or,
+  in a time-boxed run, once it has used half the time box;
+- timed ``time box``: whole steps until the box is spent (at least ``MIN_TIMED_CALLS``); the last
+  step ends past the box by less than one step, and it is counted in full, so the figure is exact.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 #: progress is reported at most this often, so reporting costs nothing measurable
 PROGRESS_INTERVAL_S = 1.0
+STABLE_WINDOW = 3
+STABLE_SPREAD = 0.05
+#: a time-boxed run times at least this many calls, however long one takes: an interval needs two
+MIN_TIMED_CALLS = 2
+#: the share of the time box a stable warm-up may use at most
+WARMUP_SHARE_OF_BOX = 0.5
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """How many calls to warm up and time, in whole calls of ``steps_per_call`` steps."""
+
+    warmup_calls: int
+    stable_warmup: bool = False
+    timed_calls: int | None = None
+    time_box_s: float | None = None
+    steps_per_call: int = 1
+
+    @classmethod
+    def from_config(cls, config, steps_per_call: int) -> "TimingPlan":
+        """The plan of a resolved RunConfig: its warm-up rule and step count or time box."""
+        whole = lambda steps: math.ceil(steps / steps_per_call)  # noqa: E731
+        return cls(warmup_calls=whole(config.warmup_steps), stable_warmup=config.warmup == "stable",
+                   timed_calls=whole(config.timed_steps) if config.timed_steps else None,
+                   time_box_s=config.time_s, steps_per_call=steps_per_call)
+
+    @property
+    def warmup_time_cap_s(self) -> float | None:
+        return self.time_box_s * WARMUP_SHARE_OF_BOX if self.time_box_s else None
 
 
 @dataclass
@@ -26,32 +67,75 @@ class Timing:
     steps_per_call: int
     #: loss per timed call when the backend returns one; None where it was NaN/inf
     losses: list[float | None] = field(default_factory=list)
+    warmup_calls: int = 0
+    #: how the warm-up and the timed phase were ended, for the record
+    warmup_rule: str = ""
+    timed_rule: str = ""
 
     @property
     def timed_steps(self) -> int:
         return self.timed_calls * self.steps_per_call
 
 
-def run_timed(step: Callable[[], float | None], warmup_calls: int, timed_calls: int,
-              steps_per_call: int = 1,
+def run_timed(step: Callable[[], float | None], plan: TimingPlan,
               progress: Callable[[str, int, int], None] | None = None) -> Timing:
-    """Run warm-up then timed calls of ``step``; return per-step times and the region's wall time."""
+    """Warm up, then time calls of ``step`` as ``plan`` says; per-step times and the region's wall time."""
     report = _throttled(progress)
-    for i in range(warmup_calls):
-        step()
-        report("warmup", i + 1, warmup_calls)
-    marks = [0.0] * (timed_calls + 1)
+    warmup_calls, warmup_rule = _warm_up(step, plan, report)
+    marks = [time.perf_counter()]
     losses: list[float | None] = []
-    marks[0] = time.perf_counter()
-    for i in range(timed_calls):
+    deadline = marks[0] + plan.time_box_s if plan.time_box_s else None
+    while _more(len(marks) - 1, plan, deadline, marks[-1]):
         loss = step()
-        marks[i + 1] = time.perf_counter()
+        marks.append(time.perf_counter())
         if loss is not None:
             losses.append(_finite_or_none(loss))
-        report("timed", i + 1, timed_calls)
-    step_times = [(b - a) / steps_per_call for a, b in zip(marks, marks[1:])]
-    return Timing(step_times=step_times, wall_time_s=marks[-1] - marks[0], timed_calls=timed_calls,
-                  steps_per_call=steps_per_call, losses=losses)
+        report("timed", len(marks) - 1, plan.timed_calls)  # None: a time box has no step count
+    calls = len(marks) - 1
+    step_times = [(b - a) / plan.steps_per_call for a, b in zip(marks, marks[1:])]
+    timed_rule = (f"counted: {calls * plan.steps_per_call} steps" if plan.timed_calls
+                  else f"time box {plan.time_box_s:g} s: {calls * plan.steps_per_call} steps")
+    return Timing(step_times=step_times, wall_time_s=marks[-1] - marks[0], timed_calls=calls,
+                  steps_per_call=plan.steps_per_call, losses=losses, warmup_calls=warmup_calls,
+                  warmup_rule=warmup_rule, timed_rule=timed_rule)
+
+
+def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bool:
+    if plan.timed_calls:
+        return done < plan.timed_calls
+    return done < MIN_TIMED_CALLS or now < deadline
+
+
+def _warm_up(step: Callable[[], float | None], plan: TimingPlan, report) -> tuple[int, str]:
+    """Run the warm-up; return the calls it took and why it ended."""
+    steps = lambda calls: calls * plan.steps_per_call  # noqa: E731
+    if not plan.stable_warmup or plan.warmup_calls == 0:
+        for i in range(plan.warmup_calls):
+            step()
+            report("warmup", i + 1, plan.warmup_calls)
+        return plan.warmup_calls, f"fixed: {steps(plan.warmup_calls)} steps"
+    started, times = time.perf_counter(), []
+    cap_s = plan.warmup_time_cap_s
+    while len(times) < plan.warmup_calls:
+        before = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - before)
+        report("warmup", len(times), plan.warmup_calls)
+        if _stable(times):
+            return len(times), (f"stable after {steps(len(times))} steps (last {STABLE_WINDOW} within "
+                                f"{STABLE_SPREAD:.0%} of their median)")
+        if cap_s is not None and time.perf_counter() - started >= cap_s:
+            return len(times), (f"time cap {cap_s:g} s reached after {steps(len(times))} steps, "
+                                f"before the step time was stable")
+    return len(times), f"cap of {steps(plan.warmup_calls)} steps reached before the step time was stable"
+
+
+def _stable(times: list[float]) -> bool:
+    if len(times) < STABLE_WINDOW:
+        return False
+    window = times[-STABLE_WINDOW:]
+    median = statistics.median(window)
+    return median > 0 and (max(window) - min(window)) / median <= STABLE_SPREAD
 
 
 def _finite_or_none(loss: float) -> float | None:
@@ -59,12 +143,12 @@ def _finite_or_none(loss: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _throttled(progress: Callable[[str, int, int], None] | None) -> Callable[[str, int, int], None]:
+def _throttled(progress: Callable[[str, int, int | None], None] | None) -> Callable[[str, int, int | None], None]:
     if progress is None:
         return lambda phase, done, total: None
     last = [0.0]
 
-    def report(phase: str, done: int, total: int) -> None:
+    def report(phase: str, done: int, total: int | None) -> None:
         now = time.perf_counter()
         if done == total or now - last[0] >= PROGRESS_INTERVAL_S:
             last[0] = now

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from .errors import UsageError
-from .timing import Timing, run_timed
+from .timing import Timing, TimingPlan, run_timed
 
 #: defaults per dataset preset (the manifest says which); every field can be overridden
 PRESETS: dict[str, dict[str, Any]] = {
@@ -122,7 +122,7 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
     for epoch in range(1, spec.max_epochs + 1):
         rates = epoch_rates(spec, epoch, steps_per_epoch, global_batch)
         feed = iter(rates)
-        timing = run_timed(lambda: backend.train_step(next(feed)), 0, steps_per_epoch)
+        timing = run_timed(lambda: backend.train_step(next(feed)), TimingPlan(0, timed_calls=steps_per_epoch))
         result.train_time_s += timing.wall_time_s
         finite = [x for x in timing.losses if x is not None]
         row = EpochRow(epoch, rates[-1],
@@ -146,7 +146,8 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
     if not steady_times:  # one epoch only: its steps are all there is
         steady_times, steady_losses = first.step_times, first.losses
     result.steady = asdict(Timing(step_times=steady_times, wall_time_s=sum(steady_times),
-                                  timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses))
+                                  timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses,
+                                  warmup_rule="the first epoch", timed_rule="the epochs after the first"))
     return result
 
 

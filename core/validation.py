@@ -9,7 +9,8 @@ from typing import Any
 
 from .errors import UsageError
 
-RESULT_SCHEMA_VERSION = "1.2.0"  # 1.1: optional cost block; 1.2: train mode (mode, training)
+RESULT_SCHEMA_VERSION = "1.3.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
+#                                  1.3: interleaved schedule (schedule, trial round/times, trend)
 
 
 @cache

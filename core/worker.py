@@ -11,7 +11,6 @@ mode adds ``prepare_training``, ``train`` (core's epoch loop), ``write_dataset``
 from __future__ import annotations
 
 import functools
-import math
 import os
 import random
 import resource
@@ -24,7 +23,7 @@ from typing import Any
 from . import datasets, training
 from .backend import Backend
 from .config import RunConfig
-from .timing import run_timed
+from .timing import TimingPlan, run_timed
 
 FRAMEWORK_MODULES = ("tensorflow", "mxnet", "torch", "jax")
 #: exception type names that mean the device or host ran out of memory
@@ -93,12 +92,10 @@ class _Session:
         if command == "read_dataset":
             return self.backend.read_dataset(*args)
         if command == "run":
-            warmup_steps, timed_steps = args
-            calls = [math.ceil(steps / self.steps_per_call) for steps in (warmup_steps, timed_steps)]
-            timing = run_timed(self.backend.step, *calls, self.steps_per_call, progress=self._progress)
-            return asdict(timing)
+            plan = TimingPlan.from_config(self.config, self.steps_per_call)
+            return asdict(run_timed(self.backend.step, plan, progress=self._progress))
         if command == "step":  # one call through the same timing loop: its time excludes the pipe
-            return asdict(run_timed(self.backend.step, 0, 1, self.steps_per_call))
+            return asdict(run_timed(self.backend.step, TimingPlan(0, timed_calls=1, steps_per_call=self.steps_per_call)))
         if command == "teardown":
             return self.backend.teardown()
         if command == "serve":

@@ -305,6 +305,7 @@ class TrainingRun:
         tf = self.tf
         devices = self._devices()
         return Prepared(
+            warnings=cpu_precision_warnings(self.config),
             device_name=_device_name(tf, self.config, devices),
             flops_per_image=training_flops(forward_macs(self.model)),
             steps_per_call=self.recipe.steps_per_call,
@@ -333,6 +334,16 @@ class TrainingRun:
                                    if type(layer).__name__ == "Conv2D"),
                 **settings,
             })
+
+
+def cpu_precision_warnings(config: RunConfig) -> list[str]:
+    if config.device != "cpu" or config.precision != "bf16":
+        return []
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+    warning = bf16_emulation_warning(cpu_flags())
+    return [warning] if warning else []
 
 
 def _device_name(tf, config: RunConfig, devices) -> str:

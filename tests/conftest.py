@@ -47,7 +47,7 @@ def run_backend(plugin: str, **config) -> dict:
 
     defaults = dict(image_size=32, num_classes=10, global_batch=8, warmup_steps=1, timed_steps=5)
     refs = PluginHost().select([plugin])
-    [record] = runner.execute(runner.plan(refs, RunConfig(**{**defaults, **config})), records.check)
+    [record] = runner.execute(runner.plan(refs, RunConfig(**{**defaults, **config})), records.check_all)
     return record
 
 

@@ -10,7 +10,7 @@ from accelbench import BackendInfo, RunConfig, hookspecs, validation
 from accelbench.config import resolve
 from accelbench.errors import UsageError
 from accelbench.stats import step_time_summary, throughput_ci
-from accelbench.timing import run_timed
+from accelbench.timing import TimingPlan, run_timed
 
 PER_DEVICE = BackendInfo(name="b", framework="f", requires=(), batch_semantics="per_device",
                          default_batch={"cpu": 8, "gpu": 256})
@@ -68,7 +68,7 @@ def test_timing_loop_excludes_warmup_and_divides_calls_into_steps():
         spin(0.004)
         return 1.0
 
-    timing = run_timed(step, warmup_calls=3, timed_calls=5, steps_per_call=2)
+    timing = run_timed(step, TimingPlan(warmup_calls=3, timed_calls=5, steps_per_call=2))
     assert len(calls) == 8 and len(timing.step_times) == 5 and timing.timed_steps == 10
     assert sum(timing.step_times) * 2 == pytest.approx(timing.wall_time_s)
     assert all(0.0019 < t < 0.01 for t in timing.step_times)  # each call of 4 ms covers 2 steps
@@ -76,7 +76,7 @@ def test_timing_loop_excludes_warmup_and_divides_calls_into_steps():
 
 def test_nan_losses_are_kept_as_null():
     values = iter([1.0, float("nan"), float("inf")])
-    timing = run_timed(lambda: next(values), warmup_calls=0, timed_calls=3)
+    timing = run_timed(lambda: next(values), TimingPlan(warmup_calls=0, timed_calls=3))
     assert timing.losses == [1.0, None, None]
 
 

@@ -81,7 +81,7 @@ def test_sweep_run_then_report(accelbench_cli, tmp_path):
     assert [r["batch"]["global"] for r in records] == [8, 16, 32]
     for r in records:
         assert r["cost"]["images_per_dollar"] == pytest.approx(r["throughput"]["images_per_sec"] * 3600 / 0.50)
-        assert r["schema_version"] == "1.2.0"
+        assert r["schema_version"] == "1.3.0"
 
     out = tmp_path / "report"
     made = accelbench_cli("report", str(results), "--out", str(out), "--price-per-hour", "0.50")
@@ -107,3 +107,52 @@ def test_sweep_figure_has_one_point_per_record():
     assert list(line.get_xdata()) == [8, 16, 32] and list(line.get_ydata()) == [7.0, 9.0, 10.5]
     published = [c.get_offsets().tolist() for c in figure.axes[0].collections]
     assert [[1024.0, 3186.0]] in published and [[768.0, 3280.0]] in published
+
+
+def test_report_shows_the_comparison_and_groups_workloads(accelbench_cli, tmp_path):
+    import html5lib
+
+    results = tmp_path / "cmp.json"
+    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", "--trials", "3", "--timed-steps", "10",
+                          "--option", "step_ms=4", "--option", "twin_scale=1.10", "-o", str(results))
+    assert done.returncode == 0, done.stderr
+    small = tmp_path / "small.json"
+    done = accelbench_cli("run", "--plugin", "sleepy", "--image-size", "32", "--timed-steps", "10",
+                          "--option", "step_ms=4", "--option", "noise=0.5", "-o", str(small))
+    assert done.returncode == 0, done.stderr
+    compared = accelbench_cli("compare", str(results), "--tolerance", "3%", "--json")
+    [expected] = json.loads(compared.stdout)["comparisons"]
+
+    out = tmp_path / "report"
+    made = accelbench_cli("report", str(results), str(small), "--out", str(out))
+    assert made.returncode == 0, made.stderr
+    page = (out / "index.html").read_text()
+    html5lib.HTMLParser(strict=True).parse(page)  # raises on any HTML5 parse error
+    section = page.split("<h2>Comparisons (tolerance ±3%)</h2>")[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td>(.*?)</td></tr>", section)
+    assert len(rows) == 1
+    cells = rows[0].split("</td><td>")
+    assert cells[:2] == [expected["a"], expected["b"]] and cells[5] == expected["verdict"] == "outside"
+    assert cells[3] == f"{expected['ratio']:.3f}"
+    assert (out / "comparisons.png").stat().st_size > 1000
+    # two workloads, two sections; the 2018 study only beside ResNet-50 at 224x224
+    assert "<title>accelbench report: resnet50 v1, 224px, synthetic data; resnet50 v1, 32px, synthetic data</title>" in page
+    assert "<h2>resnet50 v1, 32px, synthetic data</h2>" in page
+    assert 'class="warn"' in page and "coefficient of variation" in page  # the noisy run is marked
+    assert "AMD" in page or "Intel" in page or "cores;" in page  # the machine of every run
+
+
+def test_figure_titles_fit_their_figures():
+    from accelbench import cost, report
+
+    record = {"plugin": {"name": "a-plugin-with-a-long-name"}, "backend": {"name": "and-a-long-backend-name"},
+              "precision": "bf16", "model": {"name": "resnet50", "variant": "v1.5"},
+              "device": {"kind": "cpu", "count": 1}, "image_size": 224, "batch": {"global": 8},
+              "throughput": {"images_per_sec": 7.0}, "cost": {"price": {"x": 1}, "images_per_dollar": 50_000.0}}
+    catalogue = cost.load_catalogue(None)
+    for figure in (report.dollars_figure([record], report.study_reference(), catalogue),
+                   report.sweep_figure([record], report.study_reference(), "Throughput against batch: resnet50 v1.5")):
+        figure.canvas.draw()
+        title = figure.axes[0].title.get_window_extent()
+        width = figure.get_window_extent().width
+        assert 0 <= title.x0 and title.x1 <= width, (title, width)

@@ -36,7 +36,7 @@ def test_local_plans_use_loopback_and_free_ports():
 def test_two_workers_merge_into_one_record_with_identical_weights(plugin):
     refs = PluginHost().select([plugin])
     baseline, merged = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)),
-                                      records.check)
+                                      records.check_all)
     assert baseline["status"] == merged["status"] == "ok", merged["reason"]
     assert baseline["config"]["workers"] == 1 and baseline["batch"]["global"] == 4
     dist = merged["distributed"]
@@ -84,7 +84,7 @@ def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin):
 def test_a_backend_without_an_engine_is_unavailable_for_several_workers(testplugins_path, monkeypatch):
     monkeypatch.syspath_prepend(str(testplugins_path))
     refs = PluginHost().select(backends=["sleepy:fixed-time"])
-    [record] = runner.execute(runner.plan(refs, RunConfig(workers=2, scaling_baseline=False)), records.check)
+    [record] = runner.execute(runner.plan(refs, RunConfig(workers=2, scaling_baseline=False)), records.check_all)
     assert record["status"] == "unavailable" and "no multi-worker engine" in record["reason"]
 
 

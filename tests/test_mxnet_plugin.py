@@ -70,9 +70,30 @@ def test_mxnet_conv_biases_stay_zero_while_the_weights_train():
 
 
 def test_mxnet_bf16_runs_through_amp():
+    from accelbench import environment
+    from accelbench.plugins.mxnet_ngc.training import cpu_bf16_problem
+
     record = run_backend("mxnet_ngc", precision="bf16")
+    problem = cpu_bf16_problem(environment.cpu_flags())
+    if problem:  # an AVX2-only CPU: the check must say so before any kernel fails
+        assert (record["status"], record["reason"]) == ("unavailable", problem)
+        pytest.skip(problem)
     assert record["status"] == "ok", record["reason"]
     assert record["precision"] == "bf16" and record["settings"]["amp"] == "bfloat16"
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ({"avx2", "fma"}, "this CPU has AVX2 only"),  # AMD Zen 3
+    ({"sse4_2"}, "this CPU has no AVX-512"),
+    ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, None),  # emulated bf16, but it runs
+    ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}, None),  # Zen 4, Xeon
+    (set(), None),  # unknown flags: the worker finds out by running
+])
+def test_mxnet_bf16_needs_avx512_on_the_cpu(flags, expected):
+    from accelbench.plugins.mxnet_ngc.training import cpu_bf16_problem
+
+    problem = cpu_bf16_problem(frozenset(flags))
+    assert problem == expected or (expected and problem.endswith(expected)), problem
 
 
 def test_mxnet_fp16_on_cpu_is_unavailable():

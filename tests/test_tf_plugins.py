@@ -40,7 +40,14 @@ def test_tf_benchmarks_mirrored_over_two_logical_cpus():
 
 
 def test_tf_benchmarks_bf16_records_bf16():
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import bf16_emulation_warning
+
     record = run_backend("tf_benchmarks", precision="bf16")
+    # native here (Zen 4, Xeon): no warning; emulated (Zen 3): the record says so
+    emulated = bf16_emulation_warning(cpu_flags())
+    assert (emulated in record["warnings"]) if emulated else not any("emulated" in w for w in record["warnings"])
+    assert "cpu_flags" in record["environment"] and set(record["environment"]["cpu_flags"]) <= cpu_flags()
     assert record["status"] == "ok", record["reason"]
     assert record["precision"] == "bf16"
     assert record["settings"]["compute_dtype"] == "bfloat16"
@@ -95,7 +102,8 @@ def test_tpu_official_loss_falls():
 def test_steps_per_loop_accounting_matches_one_step_per_call():
     one = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=12, warmup_steps=4)
     four = run_backend("tpu_official", options={"steps_per_loop": 4}, timed_steps=12, warmup_steps=4)
-    assert four["steps"] == {"warmup": 4, "timed": 12, "steps_per_sample": 4}
+    assert four["steps"] == {"warmup": 4, "timed": 12, "steps_per_sample": 4,
+                             "warmup_rule": "fixed: 4 steps", "timed_rule": "counted: 12 steps"}
     assert len(four["trials"][0]["step_times_s"]) == 3  # 12 steps in 3 host round-trips
     assert four["throughput"]["images"] == one["throughput"]["images"] == 12 * 8
     ratio = four["throughput"]["images_per_sec"] / one["throughput"]["images_per_sec"]

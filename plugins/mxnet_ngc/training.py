@@ -6,7 +6,8 @@ import json
 import os
 from typing import Any
 
-from accelbench import Prepared, RunConfig
+from accelbench import Prepared, RunConfig, environment
+from accelbench.plugins.cpu_features import bf16_emulation_warning
 from accelbench.backend import training_flops
 
 # numpy >= 1.24 removed these aliases; mxnet 1.9.1 uses them at import and at run time
@@ -40,6 +41,20 @@ def serve() -> None:
         return
 
 
+#: oneDNN's "avx512_core": the least MXNet 1.9.1's oneDNN builds bf16 convolutions for
+#: (natively with avx512_bf16 or AMX, emulated on plain AVX-512)
+ONEDNN_BF16_FLOOR = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+
+
+def cpu_bf16_problem(flags: frozenset[str]) -> str | None:
+    """Why this CPU cannot run MXNet's bf16 convolutions, or None (also when the flags are unknown:
+    the worker then finds out by running)."""
+    if not flags or ONEDNN_BF16_FLOOR <= flags:
+        return None
+    has = "AVX2 only" if "avx2" in flags else "no AVX-512"
+    return f"MXNet 1.9.1's bf16 convolutions (oneDNN) need AVX-512 on the CPU; this CPU has {has}"
+
+
 def device_problem(config: RunConfig) -> str | None:
     mx = import_mxnet()
     if config.device == "gpu":
@@ -50,6 +65,10 @@ def device_problem(config: RunConfig) -> str | None:
             return "MXNet 1.9 runs bf16 mixed precision on the CPU (oneDNN) only"
     if config.device == "cpu" and config.precision == "fp16":
         return "fp16 needs a GPU; this run is on the CPU (use bf16 or fp32)"
+    if config.device == "cpu" and config.precision == "bf16":
+        problem = cpu_bf16_problem(environment.cpu_flags())
+        if problem:
+            return problem
     if config.options.get("kvstore", "device") not in ("device", "local"):
         return f"unknown kvstore {config.options['kvstore']!r} (device or local)"
     return None
@@ -170,7 +189,10 @@ class GluonRun:
 
     def prepared(self) -> Prepared:
         mx = self.mx
+        emulated = (bf16_emulation_warning(environment.cpu_flags())
+                    if self.config.device == "cpu" and self.config.precision == "bf16" else None)
         return Prepared(
+            warnings=[emulated] if emulated else [],
             device_name=_device_name(self.config),
             flops_per_image=training_flops(self.macs),
             data_placement="device",

@@ -2,9 +2,14 @@
 
 The step busy-waits on perf_counter, which is exact to microseconds (sleep overshoots).
 Options: ``step_ms`` (default 20), ``noise`` (relative stdev of a seeded random jitter), ``scale``
-(multiplies the step time: 1.02 makes this backend 2% slower).
+(multiplies the step time: 1.02 makes this backend 2% slower), ``drift_per_s`` with
+``drift_origin`` (a Unix time): a machine that slows down steadily, the step time growing by
+``drift_per_s`` of itself per second of wall time since ``drift_origin``; ``slow_first``: the
+first N steps are slower, from 5 times as long down towards 1 (a framework's tracing, allocator
+growth and cache warm-up, which fade step by step).
 """
 
+import os
 import random
 import time
 
@@ -18,24 +23,38 @@ def spin(seconds: float) -> None:
 
 
 class Sleepy(accelbench.Backend):
+    #: an option that multiplies this backend's step time on top of ``scale`` (None: none)
+    own_scale = None
     info = accelbench.BackendInfo(
         name="fixed-time", framework="none", requires=(), variants=("v1", "v1.5"),
         precisions=("fp32", "bf16"), devices=("cpu",), version="1.2.3",
         description="busy-waits a known time per step",
         options={"step_ms": "step time in ms", "noise": "relative stdev of the step time",
-                 "scale": "multiplies the step time"})
+                 "scale": "multiplies the step time", "drift_per_s": "step time growth per second",
+                 "drift_origin": "Unix time the drift counts from",
+                 "slow_first": "steps at the start that are slower, fading from 5x"})
 
     def prepare(self, config):
         self.step_s = config.options.get("step_ms", 20) / 1000 * config.options.get("scale", 1.0)
+        if self.own_scale:
+            self.step_s *= config.options.get(self.own_scale, 1.0)
         self.noise = config.options.get("noise", 0.0)
-        self.rng = random.Random(config.seed)
+        self.drift = config.options.get("drift_per_s", 0.0)
+        self.origin = config.options.get("drift_origin", time.time())
+        self.slow_first = self.slow_steps = config.options.get("slow_first", 0)
+        # noise of its own in every trial's process, as a real machine's is (the seed still varies it)
+        self.rng = random.Random(f"{config.seed}-{os.getpid()}")
         self.loss = 10.0
         return accelbench.Prepared(device_name="test cpu", flops_per_image=1e9,
                                    settings={"step_s": self.step_s, "noise": self.noise})
 
     def step(self):
         jitter = self.rng.gauss(0, self.noise) if self.noise else 0.0
-        spin(max(0.0, self.step_s * (1 + jitter)))
+        slowdown = 1 + self.drift * (time.time() - self.origin)
+        if self.slow_steps > 0:
+            slowdown *= 1 + 4 * self.slow_steps / self.slow_first
+            self.slow_steps -= 1
+        spin(max(0.0, self.step_s * slowdown * (1 + jitter)))
         self.loss *= 0.99
         return self.loss
 

@@ -1,0 +1,114 @@
+"""The trial schedule: in which order the trials of a run's plans are run, and when to stop.
+
+A machine's speed drifts over minutes (other tenants, thermal and frequency changes). Running all
+trials of one backend and then all of the next puts that drift straight into their ratio. The
+interleaved schedule runs trials in *rounds*, every plan once per round, and reverses the order
+every other round (A B | B A | A B ...): ABBA counterbalancing, so a linear drift lands equally on
+every plan over each pair of rounds, and the trials of one round, adjacent in time, can be paired.
+
+``until``: keep adding rounds until every comparison the run makes is decided against a tolerance
+(or its interval is as narrow as asked), or the time budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+from .errors import UsageError
+
+KINDS = ("interleaved", "sequential")
+#: a comparison needs at least two paired rounds before an interval exists
+MIN_DECIDING_ROUNDS = 2
+#: rounds of an ``until`` run when no time budget stops it first
+MAX_ROUNDS = 200
+#: the time budget of an ``until`` run when none is given
+DEFAULT_UNTIL_BUDGET_S = 600.0
+#: the time box of one trial of an ``until`` run when none is given: many short interleaved
+#: trials follow a drifting machine better than a few long ones
+UNTIL_TRIAL_TIME_S = 20.0
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When an ``until`` run has its answer: ``tolerance`` (every verdict decided) or
+    ``half_width`` (every ratio's 95% interval at most this wide on each side, relative)."""
+
+    tolerance: float | None = None
+    half_width: float | None = None
+
+    def describe(self) -> str:
+        if self.tolerance is not None:
+            return f"every comparison decided at ±{self.tolerance:.1%}"
+        return f"every ratio's 95% interval within ±{self.half_width:.1%}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: str = "interleaved"
+    #: rounds (trials per plan); with ``until``, the rounds before the first decision is tried
+    rounds: int = 1
+    until: StopRule | None = None
+    #: no trial starts after this many seconds of the run (None: no limit)
+    max_time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"--schedule must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.until and self.kind != "interleaved":
+            raise UsageError("--until-decided/--until-halfwidth need the interleaved schedule (paired rounds)")
+
+    @property
+    def time_budget_s(self) -> float | None:
+        return self.max_time_s if self.max_time_s is not None or not self.until else DEFAULT_UNTIL_BUDGET_S
+
+    @property
+    def round_limit(self) -> int:
+        return max(self.rounds, MAX_ROUNDS) if self.until else self.rounds
+
+
+def round_order(plans: int, round_index: int) -> list[int]:
+    """Plan indices of one interleaved round: forward in even rounds, reversed in odd ones."""
+    order = list(range(plans))
+    return order if round_index % 2 == 0 else order[::-1]
+
+
+def slots(schedule: Schedule, plans: int) -> Iterator[tuple[int, int]]:
+    """(round, plan index) in run order, for the schedule's fixed number of rounds. An ``until``
+    run asks the caller after each round whether to go on, so it walks rounds itself."""
+    if schedule.kind == "sequential":
+        for plan in range(plans):
+            for round_index in range(schedule.rounds):
+                yield round_index, plan
+        return
+    for round_index in range(schedule.round_limit):
+        for plan in round_order(plans, round_index):
+            yield round_index, plan
+
+
+def parse_fraction(text: str, flag: str) -> float:
+    """'3%' or '0.03' → 0.03, strictly between 0 and 1; UsageError naming ``flag`` otherwise."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UsageError(f"{flag} must be like 3% or 0.03, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value < 1):
+        raise UsageError(f"{flag} must be between 0 and 100%, got {text!r}")
+    return value
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|sec|m|min|h)?\s*$")
+_UNIT_S = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """'90', '90s', '5m', '1.5h' → seconds (> 0); UsageError naming ``flag`` otherwise."""
+    match = _DURATION.match(text)
+    if not match:
+        raise UsageError(f"{flag} must be a duration like 300, 90s, 5m or 1h, got {text!r}")
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{flag} must be more than 0 seconds, got {text!r}")
+    return seconds

@@ -1,0 +1,239 @@
+"""The prepared accelerator check: install the CUDA builds, run every built-in plugin's GPU path
+for a short time box, and bring back the records and a summary. One call on a fresh GPU machine:
+
+    python3 tests/device/gpu_check.py --out "$OUT"                  # the lent GPU (about 8 minutes)
+    python3 tests/device/gpu_check.py --out /tmp/check --dry-run --plugins sleepy --device cpu
+
+Steps, each within its share of ``--budget`` seconds (a step that would not fit is skipped and
+says so; the summary always gets its reserve):
+
+1. header: the GPU's name, driver and CUDA version (nvidia-smi) and, per precision, the published
+   peak the records measure utilisation against (``accelbench.peaks``);
+2. install: one virtual environment ``.venv-gpu`` (kept while the machine stays warm, so a second
+   call skips it) with accelbench and the CUDA builds: ``tensorflow[and-cuda]`` 2.21 and tf-keras,
+   and MXNet 1.9.1's newest CUDA build (``mxnet-cu117``, which predates this GPU generation: its
+   record says whether it runs). TensorFlow and MXNet 1.9.1 meet on numpy 1.26, so one
+   environment serves both. ``--dry-run`` skips it and uses this interpreter;
+3. runs: each (plugin, precision) as ``accelbench run --device gpu --time T`` at the backend's
+   default batch for the device (the study's), one line per run;
+4. summary: ``summary.json`` and ``summary.md`` (the README's "Measured on a GPU" rows) from the
+   records, every record validated against the schema by accelbench itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv-gpu"
+#: (plugin, precision): fp32 and each plugin's mixed precision
+RUNS = (("tf_benchmarks", "fp32"), ("tf_benchmarks", "fp16"), ("tpu_official", "bf16"),
+        ("tpu_official", "fp32"), ("mxnet_ngc", "fp32"), ("mxnet_ngc", "fp16"))
+INSTALLS = (
+    ("accelbench + TensorFlow CUDA", ["-e", str(ROOT), "tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*",
+                                      "numpy>=1.26,<1.27"]),
+    ("MXNet 1.9.1 CUDA", ["mxnet-cu117==1.9.1", "numpy>=1.26,<1.27"]),
+)
+#: seconds the summary step always keeps, and the least a run is started with
+SUMMARY_RESERVE_S = 20.0
+MIN_RUN_S = 45.0
+#: a run's worker start, framework import, model build and warm-up, on top of its time box
+RUN_OVERHEAD_S = 75.0
+
+
+class Budget:
+    """The check's time: every step asks for its share of what is left."""
+
+    def __init__(self, total_s: float, clock=time.monotonic):
+        self.clock, self.deadline = clock, clock() + total_s
+
+    def left(self) -> float:
+        return self.deadline - self.clock() - SUMMARY_RESERVE_S
+
+    def grant(self, wanted_s: float, least_s: float = 1.0) -> float | None:
+        """Seconds for a step that wants ``wanted_s``: all of it, or what is left; None below ``least_s``."""
+        granted = min(wanted_s, self.left())
+        return granted if granted >= least_s else None
+
+
+@dataclass
+class RunLine:
+    plugin: str
+    precision: str
+    status: str
+    reason: str = ""
+    batch: int | None = None
+    images_per_sec: float | None = None
+    utilisation: float | None = None
+    peak_source: str = ""
+    device: str = ""
+    elapsed_s: float = 0.0
+    record_file: str = ""
+
+    def text(self) -> str:
+        head = f"{self.plugin} {self.precision}" + (f" b{self.batch}" if self.batch else "")
+        if self.status != "ok":
+            return f"{head}: {self.status} {self.reason}".strip() + f" ({self.elapsed_s:.0f} s)"
+        use = f", utilisation {self.utilisation:.1%}" if self.utilisation is not None else ", no published peak"
+        return f"{head}: ok {self.images_per_sec:.1f} img/s{use} on {self.device} ({self.elapsed_s:.0f} s)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    budget = Budget(args.budget)
+    header = gpu_header()
+    print(header["line"], flush=True)
+    python = sys.executable if args.dry_run else install(budget, out)
+    print_peaks(python, header)
+    lines = [run_one(python, plugin, precision, args, budget, out) for plugin, precision in selected_runs(args)]
+    summary = summarize(python, out, header, lines)
+    print(f"summary: {summary}", flush=True)
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for records and summary (default $OUT)")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check (default 480)")
+    parser.add_argument("--time", type=float, default=20.0, help="time box of each run's timed phase (default 20 s)")
+    parser.add_argument("--plugins", help="comma-separated plugins to run (default: every built-in one)")
+    parser.add_argument("--device", default="gpu", help="device kind to run on (default gpu)")
+    parser.add_argument("--dry-run", action="store_true", help="skip the installs; run with this interpreter")
+    args = parser.parse_args(argv)
+    if not args.out:
+        parser.error("--out is required (or set $OUT)")
+    if args.budget <= SUMMARY_RESERVE_S or args.time <= 0:
+        parser.error(f"--budget must exceed {SUMMARY_RESERVE_S:g} s and --time must be positive")
+    return args
+
+
+def selected_runs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    if not args.plugins:
+        return list(RUNS)
+    wanted = args.plugins.split(",")
+    known = [(p, precision) for p, precision in RUNS if p in wanted]
+    # a plugin outside the built-in list (a test plugin, a new framework) runs in fp32
+    return known + [(p, "fp32") for p in wanted if p not in {name for name, _ in RUNS}]
+
+
+def gpu_header() -> dict[str, str]:
+    """nvidia-smi's GPU name, driver and CUDA version ("" each where there is no GPU)."""
+    if not shutil.which("nvidia-smi"):
+        return {"gpu": "", "driver": "", "cuda": "", "line": "nvidia-smi: not found (no NVIDIA GPU on this machine)"}
+    query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+    banner = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+    name, _, driver = query.stdout.splitlines()[0].partition(",") if query.stdout.strip() else ("", "", "")
+    cuda = next((part.split(":")[1].strip().split()[0] for part in banner.split("|") if "CUDA Version" in part), "")
+    return {"gpu": name.strip(), "driver": driver.strip(), "cuda": cuda,
+            "line": f"GPU: {name.strip()}, driver {driver.strip()}, CUDA {cuda}"}
+
+
+def install(budget: Budget, out: Path) -> str:
+    """The venv's interpreter, made (or reused) with the CUDA builds; each step within its budget."""
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    for what, requirements in INSTALLS:
+        granted = budget.grant(240.0, least_s=30.0)
+        if granted is None:
+            print(f"install {what}: skipped, time budget spent", flush=True)
+            continue
+        started = time.monotonic()
+        log = out / f"install-{what.split()[0].lower()}.log"
+        try:
+            with open(log, "w") as fh:
+                done = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements],
+                                      stdout=fh, stderr=subprocess.STDOUT, timeout=granted)
+            state = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}): {last_line(log)}"
+        except subprocess.TimeoutExpired:
+            state = f"stopped after {granted:.0f} s (its share of the budget)"
+        print(f"install {what}: {state} ({time.monotonic() - started:.0f} s)", flush=True)
+    return str(python)
+
+
+def last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def print_peaks(python: str, header: dict[str, str]) -> None:
+    """The published peaks the records will use for utilisation, per precision."""
+    if not header["gpu"]:
+        print("peak: none (no GPU)", flush=True)
+        return
+    code = ("import sys; from accelbench import peaks\n"
+            "for p in ('fp32', 'bf16', 'fp16'):\n"
+            "    peak = peaks.published('gpu', sys.argv[1], p)\n"
+            "    print(f'peak {p}: ' + (f'{peak.flops_per_s / 1e12:.1f} TFLOP/s ({peak.source})' if peak else 'none published'))")
+    shown = subprocess.run([python, "-c", code, header["gpu"]], capture_output=True, text=True, timeout=60)
+    print(shown.stdout.strip() or f"peak: unknown ({shown.stderr.strip()[-200:]})", flush=True)
+
+
+def run_one(python: str, plugin: str, precision: str, args: argparse.Namespace, budget: Budget, out: Path) -> RunLine:
+    granted = budget.grant(args.time + RUN_OVERHEAD_S, least_s=min(MIN_RUN_S, args.time + 10))
+    if granted is None:
+        line = RunLine(plugin, precision, "skipped", "time budget spent")
+        print(line.text(), flush=True)
+        return line
+    record_file = out / "records" / f"{plugin}-{precision}.json"
+    started = time.monotonic()
+    command = [python, "-m", "accelbench", "run", "--plugin", plugin, "--precision", precision,
+               "--device", args.device, "--time", f"{args.time:g}s", "--timeout", f"{granted:.0f}",
+               "-q", "-o", str(record_file)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=granted + 30, cwd=ROOT)
+        line = line_from_record(plugin, precision, record_file, done)
+    except subprocess.TimeoutExpired:
+        line = RunLine(plugin, precision, "timeout", f"no result within {granted:.0f} s")
+    line.elapsed_s = time.monotonic() - started
+    print(line.text(), flush=True)
+    return line
+
+
+def line_from_record(plugin: str, precision: str, record_file: Path, done: subprocess.CompletedProcess) -> RunLine:
+    if not record_file.exists():
+        reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}, no record"])[-1]
+        return RunLine(plugin, precision, "failed", reason[:300])
+    [record] = json.loads(record_file.read_text())["records"]
+    tp, flops = record["throughput"], record["flops"] or {}
+    return RunLine(plugin, precision, record["status"], record["reason"][:300], record["batch"]["global"],
+                   tp["images_per_sec"] if tp else None, flops.get("utilisation"), flops.get("peak_source", ""),
+                   f"{record['device']['kind']}x{record['device']['count']} {record['device']['name']}".strip(),
+                   record_file=str(record_file.relative_to(record_file.parents[1])))
+
+
+def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLine]) -> Path:
+    """summary.json (every line, the records validated by accelbench) and summary.md (README rows)."""
+    files = sorted(str(p) for p in (out / "records").glob("*.json"))
+    checked = subprocess.run([python, "-m", "accelbench", "validate", *files], capture_output=True, text=True,
+                             timeout=SUMMARY_RESERVE_S) if files else None
+    today, gpu = date.today().isoformat(), header["gpu"] or "no GPU"
+    summary = {"date": today, **{k: v for k, v in header.items() if k != "line"},
+               "records_valid": checked is not None and checked.returncode == 0,
+               "validation": checked.stdout.strip().splitlines() if checked else [],
+               "runs": [asdict(line) for line in lines]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    rows = ["| plugin | precision | batch | images/sec | utilisation | date | GPU |", "|---|---|---|---|---|---|---|"]
+    rows += [f"| {line.plugin} | {line.precision} | {line.batch} | {line.images_per_sec:.1f} | "
+             f"{f'{line.utilisation:.1%}' if line.utilisation is not None else '-'} | {today} | {gpu} |"
+             for line in lines if line.status == "ok"]
+    rows += [f"| {line.plugin} | {line.precision} | - | {line.status}: {line.reason} | - | {today} | {gpu} |"
+             for line in lines if line.status != "ok"]
+    (out / "summary.md").write_text("\n".join(rows) + "\n")
+    return out / "summary.json"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

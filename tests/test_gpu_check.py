@@ -1,0 +1,116 @@
+"""The prepared accelerator check (tests/device/gpu_check.py), tested on the CPU: its arguments,
+time budget, summary from records, and a dry run without installs; and the published peaks."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent / "device" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["gpu_check"]
+
+
+def run_script(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "--out is required"),
+    (["--out", "x", "--budget", "10"], "--budget must exceed 20 s"),
+    (["--out", "x", "--time", "0"], "--time must be positive"),
+])
+def test_bad_arguments_are_refused(args, message):
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    result = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_the_budget_grants_what_is_left_and_keeps_the_summary_reserve(check):
+    now = [0.0]
+    budget = check.Budget(200.0, clock=lambda: now[0])
+    assert budget.grant(95.0) == 95.0
+    now[0] = 100.0
+    assert budget.grant(95.0) == pytest.approx(80.0)  # 200 - 100 - the 20 s reserve
+    now[0] = 170.0
+    assert budget.grant(95.0, least_s=45.0) is None
+
+
+def test_runs_past_the_budget_are_skipped_and_said(check, tmp_path):
+    args = check.parse_args(["--out", str(tmp_path), "--budget", "21"])
+    line = check.run_one(sys.executable, "tf_benchmarks", "fp32", args, check.Budget(21.0), tmp_path)
+    assert (line.status, line.reason) == ("skipped", "time budget spent")
+
+
+def test_plugin_selection(check):
+    args = check.parse_args(["--out", "x", "--plugins", "mxnet_ngc,newframework"])
+    assert check.selected_runs(args) == [("mxnet_ngc", "fp32"), ("mxnet_ngc", "fp16"), ("newframework", "fp32")]
+    assert len(check.selected_runs(check.parse_args(["--out", "x"]))) == 6
+
+
+def test_a_dry_run_brings_back_validated_records_and_a_summary(testplugins_path, tmp_path):
+    result = run_script("--out", str(tmp_path), "--dry-run", "--plugins", "sleepy", "--device", "cpu",
+                        "--time", "1", "--budget", "120", env={"PYTHONPATH": str(testplugins_path)})
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert out[0].startswith(("GPU: ", "nvidia-smi: not found"))
+    assert any(line.startswith("sleepy fp32 b8: ok ") and "img/s" in line for line in out), out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["records_valid"] is True
+    [run] = summary["runs"]
+    assert run["status"] == "ok" and run["images_per_sec"] == pytest.approx(8 / 0.020, rel=0.05)
+    [record] = json.loads((tmp_path / run["record_file"]).read_text())["records"]
+    assert record["throughput"]["images_per_sec"] == run["images_per_sec"]
+    rows = (tmp_path / "summary.md").read_text().splitlines()
+    assert rows[0] == "| plugin | precision | batch | images/sec | utilisation | date | GPU |"
+    assert rows[2].startswith(f"| sleepy | fp32 | 8 | {run['images_per_sec']:.1f} | - | ")
+
+
+def test_a_failed_run_is_a_row_with_its_reason(check, tmp_path):
+    done = subprocess.CompletedProcess([], 2, "", "error: unknown plugin 'nope'\n")
+    line = check.line_from_record("nope", "fp32", tmp_path / "missing.json", done)
+    assert (line.status, line.reason) == ("failed", "error: unknown plugin 'nope'")
+    (tmp_path / "records").mkdir()
+    check.summarize(sys.executable, tmp_path, {"gpu": "", "driver": "", "cuda": "", "line": ""}, [line])
+    assert "| nope | fp32 | - | failed: error: unknown plugin 'nope' |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("kind, name, precision, devices, tflops", [
+    ("gpu", "NVIDIA H200", "bf16", 1, 989.5), ("gpu", "NVIDIA H200 NVL", "bf16", 1, 835.5),
+    ("gpu", "NVIDIA H100 80GB HBM3", "fp32", 1, 494.5), ("gpu", "NVIDIA H100 PCIe", "fp16", 2, 1513.0),
+    ("gpu", "Tesla V100-SXM2-16GB", "fp16", 4, 500.0), ("gpu", "Tesla V100-SXM2-16GB", "bf16", 1, None),
+    ("tpu", "v2-8", "bf16", 4, 180.0), ("gpu", "AMD Instinct MI300X", "bf16", 1, None), ("cpu", "AMD EPYC", "fp32", 1, None),
+])
+def test_published_peaks(kind, name, precision, devices, tflops):
+    from accelbench import peaks
+
+    peak = peaks.published(kind, name, precision, devices)
+    assert (peak.flops_per_s / 1e12 if peak else None) == (pytest.approx(tflops) if tflops else None)
+    if peak:
+        assert "datasheet" in peak.source or "documentation" in peak.source
+
+
+def test_a_gpu_record_gets_its_utilisation():
+    from accelbench.records import _add_utilisation
+
+    record = {"device": {"kind": "gpu", "count": 4, "name": "Tesla V100-SXM2-16GB"}, "precision": "fp16",
+              "environment": {"accelerators": []}, "flops": {"per_image": 2.3e10, "achieved_per_s": 1.0e14}}
+    _add_utilisation(record)
+    assert record["flops"]["peak_per_sec"] == pytest.approx(4 * 125e12)
+    assert record["flops"]["utilisation"] == pytest.approx(0.2)
+    cpu = {**record, "device": {"kind": "cpu", "count": 1, "name": "AMD EPYC"}, "flops": {"achieved_per_s": 1e11}}
+    _add_utilisation(cpu)
+    assert "utilisation" not in cpu["flops"]  # no invented peak for a CPU

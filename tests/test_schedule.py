@@ -1,0 +1,191 @@
+"""Interleaved trials, paired ratios and runs that stop when decided, on a simulated drifting machine.
+
+The drifting clock: the test backends' step time grows by ``drift_per_s`` of itself per second of
+wall time since ``drift_origin`` (one origin for every worker of a test), as on a machine that
+slows down steadily. Two backends of identical true speed must then still compare as equal.
+"""
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+
+from accelbench import schedule, stats
+from accelbench.compare import Run, compare
+from accelbench.errors import UsageError
+from conftest import load_records
+
+FAST = ("--warmup-steps", "2", "--timed-steps", "20", "--option", "step_ms=5")
+
+
+@pytest.fixture(autouse=True)
+def _testplugins_on_path(testplugins_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(testplugins_path))
+
+
+def twin_run(accelbench_cli, tmp_path, *args, name="run.json"):
+    """Run the fixed-time backend and its twin in one invocation; their records and the CLI result."""
+    out = tmp_path / name
+    result = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *FAST, *args, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    return load_records(out), result
+
+
+def drifting(rate: float = 0.03) -> tuple[str, ...]:
+    return ("--option", f"drift_per_s={rate}", "--option", f"drift_origin={time.time()}")
+
+
+def paired(records):
+    [result] = compare([Run("a", records[0]), Run("b", records[1])], tolerance=0.03)
+    return result
+
+
+def test_interleaved_rounds_reverse_the_order_every_other_round():
+    order = list(schedule.slots(schedule.Schedule(rounds=4), 2))
+    assert order == [(0, 0), (0, 1), (1, 1), (1, 0), (2, 0), (2, 1), (3, 1), (3, 0)]
+    assert schedule.round_order(3, 1) == [2, 1, 0]
+    sequential = list(schedule.slots(schedule.Schedule(kind="sequential", rounds=2), 2))
+    assert sequential == [(0, 0), (1, 0), (0, 1), (1, 1)]
+
+
+def test_paired_ratio_is_a_t_interval_on_log_ratios():
+    a, b = [100.0, 104.0, 98.0, 101.0], [99.0, 100.0, 99.0, 100.0]
+    logs = np.log(np.array(a) / np.array(b))
+    half = 3.182446305284263 * logs.std(ddof=1) / 2  # t(0.975, 3 degrees of freedom) x s / sqrt(4)
+    estimate = stats.paired_ratio(a, b)
+    assert estimate.ratio == pytest.approx(math.exp(logs.mean()))
+    assert estimate.ci95 == pytest.approx((math.exp(logs.mean() - half), math.exp(logs.mean() + half)))
+    assert stats.paired_ratio([100.0], [99.0]).ci95 == pytest.approx((100 / 99, 100 / 99))
+
+
+def test_paired_ratio_removes_the_order_effect_of_alternating_rounds():
+    # equal speeds, but whoever runs second in a round is 2% slower (a machine slowing down)
+    a_first = [True, False, True, False, True, False]
+    a = [100.0 if first else 98.0 for first in a_first]
+    b = [98.0 if first else 100.0 for first in a_first]
+    plain = stats.paired_ratio(a, b)
+    assert plain.ci95[0] < 0.99 and plain.ci95[1] > 1.01  # the alternation counted as noise
+    adjusted = stats.paired_ratio(a, b, a_first)
+    assert adjusted.ratio == pytest.approx(1.0) and adjusted.ci95 == pytest.approx((1.0, 1.0))
+    noisy = [x * f for x, f in zip(a, (1.01, 0.99, 1.0, 1.005, 0.995, 1.0))]
+    estimate = stats.paired_ratio(noisy, b, a_first)
+    assert estimate.ci95[0] < estimate.ratio < estimate.ci95[1] and estimate.ci95[1] - estimate.ci95[0] < 0.03
+
+
+def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli, tmp_path):
+    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", *drifting())
+    assert {r["schedule"]["run_id"] for r in records} == {records[0]["schedule"]["run_id"]}
+    assert [t["round"] for t in records[0]["trials"]] == list(range(6))
+    result = paired(records)
+    assert result.analysis.startswith("paired rounds") and result.samples == "6 paired rounds"
+    assert result.ci95[0] <= 1.0 <= result.ci95[1], result
+    assert result.verdict == "within", result
+
+
+def test_the_sequential_schedule_puts_the_drift_into_the_ratio(accelbench_cli, tmp_path):
+    # the old order: all of A's trials, then all of B's; B ran later on a slower machine
+    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", "--schedule", "sequential", *drifting())
+    result = paired(records)
+    assert result.analysis == "unpaired bootstrap over trials"
+    assert result.ratio > 1.03 and result.ci95[0] > 1.0, result
+    assert result.verdict != "within"
+
+
+def test_a_backend_five_percent_slower_is_outside(accelbench_cli, tmp_path):
+    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", "--option", "twin_scale=1.05", *drifting())
+    result = paired(records)
+    assert result.ratio == pytest.approx(1.05, rel=0.015)
+    assert result.verdict == "outside", result
+
+
+def test_heavy_noise_is_undecided_never_a_false_within(accelbench_cli, tmp_path):
+    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.02",
+                          "--option", "noise=0.4", *drifting())
+    assert paired(records).verdict == "undecided"
+
+
+def test_one_trial_per_side_is_never_decided(accelbench_cli, tmp_path):
+    records, _ = twin_run(accelbench_cli, tmp_path, "--option", "twin_scale=1.10")
+    result = paired(records)
+    assert result.verdict == "undecided" and "one round" in result.note
+    unpaired = [{**r, "schedule": {**r["schedule"], "run_id": str(i)}} for i, r in enumerate(records)]
+    result = paired(unpaired)
+    assert result.analysis == "unpaired bootstrap over timed steps"
+    assert result.verdict == "undecided" and "one trial per side" in result.note
+
+
+def test_until_decided_stops_as_soon_as_the_answer_is_known(accelbench_cli, tmp_path):
+    records, result = twin_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "120",
+                               "--option", "twin_scale=1.10")
+    block = records[0]["schedule"]
+    assert block["stop_reason"].startswith("decided: ") and "outside" in block["stop_reason"]
+    assert block["stop_rule"] == "every comparison decided at ±3.0%"
+    # two rounds give the first interval; identical slow-downs make it narrow at once
+    assert block["rounds"] == len(records[0]["trials"]) == len(records[1]["trials"]) == 2
+    assert "stopped: decided" in result.stdout and "outside" in result.stdout
+
+
+def test_until_decided_respects_the_time_budget(accelbench_cli, tmp_path):
+    started = time.monotonic()
+    records, _ = twin_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "4s",
+                          "--option", "twin_scale=1.03", "--option", "noise=0.5")
+    elapsed = time.monotonic() - started
+    block = records[0]["schedule"]
+    assert block["stop_reason"] == "time budget of 4 s spent before the answer was decided"
+    assert 4 <= block["elapsed_s"] < 4 + 3 and elapsed < 30
+    assert block["rounds"] >= 2
+
+
+def test_until_halfwidth_reaches_the_requested_precision(accelbench_cli, tmp_path):
+    records, _ = twin_run(accelbench_cli, tmp_path, "--until-halfwidth", "2%", "--max-time", "60",
+                          "--option", "noise=0.2")
+    assert records[0]["schedule"]["stop_reason"].startswith("precise: ")
+    result = paired(records)
+    assert max(result.ratio - result.ci95[0], result.ci95[1] - result.ratio) / result.ratio <= 0.02
+
+
+def test_a_drifting_run_warns_of_its_trend(accelbench_cli, tmp_path):
+    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", *drifting(0.2))
+    trend = records[0]["throughput"]["trend"]
+    assert trend["rounds"] == 6 and trend["slope_per_round"] < 0 and trend["p_value"] < 0.05
+    assert any("trended" in w and "drifted" in w for w in records[0]["warnings"])
+    steady, _ = twin_run(accelbench_cli, tmp_path, "--trials", "4", name="steady.json")
+    assert not any("trended" in w for w in steady[0]["warnings"])
+
+
+def test_cli_compare_reads_the_pairing_from_one_file(accelbench_cli, tmp_path):
+    twin_run(accelbench_cli, tmp_path, "--trials", "3", "--option", "twin_scale=1.10")
+    result = accelbench_cli("compare", str(tmp_path / "run.json"), "--tolerance", "3%", "--json")
+    assert result.returncode == 1, result.stderr
+    [comparison] = json.loads(result.stdout)["comparisons"]
+    assert comparison["analysis"] == "paired rounds (t-interval on log-ratios, order effect removed)"
+    assert comparison["samples"] == "3 paired rounds" and comparison["verdict"] == "outside"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--until-decided", "3 percent"), "--until-decided must be like 3% or 0.03"),
+    (("--until-decided", "0%"), "--until-decided must be between 0 and 100%"),
+    (("--until-decided", "3%", "--until-halfwidth", "1%"), "give one of --until-decided and --until-halfwidth"),
+    (("--until-decided", "3%", "--schedule", "sequential"), "need the interleaved schedule"),
+    (("--max-time", "soon"), "--max-time must be a duration like 300, 90s, 5m or 1h"),
+    (("--max-time", "0"), "--max-time must be more than 0 seconds"),
+])
+def test_bad_schedule_input_is_one_line_and_exit_2(accelbench_cli, tmp_path, args, message):
+    out = tmp_path / "never.json"
+    result = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *args, "-o", str(out))
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_until_decided_needs_two_runs(accelbench_cli, tmp_path):
+    result = accelbench_cli("run", "--plugin", "sleepy", "--until-decided", "3%", "-o", str(tmp_path / "x.json"))
+    assert result.returncode == 2 and "select at least two" in result.stderr
+
+
+@pytest.mark.parametrize("text, seconds", [("300", 300), ("90s", 90), ("5m", 300), ("1.5h", 5400)])
+def test_durations(text, seconds):
+    assert schedule.parse_duration(text, "--max-time") == seconds
+    with pytest.raises(UsageError):
+        schedule.parse_duration("inf", "--max-time")

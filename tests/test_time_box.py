@@ -1,0 +1,136 @@
+"""Time-boxed runs, the stable warm-up, counted protocols, and output that works in logs."""
+
+import io
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from accelbench import timing
+from accelbench.console import LogLines
+from conftest import load_records
+
+
+@pytest.fixture(autouse=True)
+def _testplugins_on_path(testplugins_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(testplugins_path))
+
+
+def one_record(accelbench_cli, tmp_path, *args):
+    out = tmp_path / "r.json"
+    result = accelbench_cli("run", "--plugin", "sleepy", *args, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    [record] = load_records(out)
+    return record
+
+
+def test_a_time_box_stops_on_time_and_keeps_the_figure_exact(accelbench_cli, tmp_path):
+    record = one_record(accelbench_cli, tmp_path, "--time", "3s", "--option", "step_ms=20")
+    tp = record["throughput"]
+    assert tp["wall_time_s"] == pytest.approx(3.0, rel=0.10)
+    assert tp["images_per_sec"] == pytest.approx(8 / 0.020, rel=0.02)  # batch 8, 20 ms a step
+    assert record["config"]["time_s"] == 3.0 and record["config"]["timed_steps"] is None
+    steps = record["steps"]
+    assert steps["timed"] == len(record["trials"][0]["step_times_s"]) >= 100
+    assert steps["timed_rule"] == f"time box 3 s: {steps['timed']} steps"
+
+
+def test_the_stable_warm_up_ends_when_the_step_time_settles(accelbench_cli, tmp_path):
+    record = one_record(accelbench_cli, tmp_path, "--time", "1s", "--option", "step_ms=10",
+                        "--option", "slow_first=4", "--warmup-steps", "20")
+    # 4 slow steps, then 3 steady ones make the window stable
+    assert record["steps"]["warmup"] == 7 == record["trials"][0]["warmup_steps"]
+    assert record["steps"]["warmup_rule"] == "stable after 7 steps (last 3 within 5% of their median)"
+    assert max(record["trials"][0]["step_times_s"]) < 0.02  # no slow step was timed
+    capped = one_record(accelbench_cli, tmp_path, "--time", "1s", "--option", "step_ms=10",
+                        "--option", "slow_first=8", "--warmup-steps", "5")
+    assert capped["steps"]["warmup"] == 5
+    assert capped["steps"]["warmup_rule"] == "cap of 5 steps reached before the step time was stable"
+
+
+def test_the_default_is_a_time_box_and_tf_cnn_counts(accelbench_cli, tmp_path):
+    from accelbench.config import DEFAULT_TIME_S, RunConfig, timed_phase
+
+    assert timed_phase(RunConfig()) == {"timed_steps": None, "time_s": DEFAULT_TIME_S, "warmup": "stable"}
+    assert timed_phase(RunConfig(workers=2)) == {"timed_steps": 100, "time_s": None, "warmup": "fixed"}
+    record = one_record(accelbench_cli, tmp_path, "--protocol", "tf_cnn", "--option", "step_ms=1")
+    assert record["steps"] == {"warmup": 10, "timed": 100, "steps_per_sample": 1,
+                               "warmup_rule": "fixed: 10 steps", "timed_rule": "counted: 100 steps"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--time", "2s", "--timed-steps", "5"], "give one of --timed-steps and --time"),
+    (["--time", "forever"], "--time must be a duration"),
+    (["--workers", "2", "--time", "5s"], "multi-worker runs count steps in lock step"),
+])
+def test_bad_time_boxes_are_refused_before_any_worker(accelbench_cli, tmp_path, args, message):
+    out = tmp_path / "x.json"
+    result = accelbench_cli("run", "--plugin", "sleepy", *args, "-o", str(out))
+    assert result.returncode == 2 and message in result.stderr and not out.exists()
+
+
+def test_a_time_box_shorter_than_a_step_still_times_two_calls():
+    calls = []
+    result = timing.run_timed(lambda: calls.append(1) or time.sleep(0.05), timing.TimingPlan(0, time_box_s=0.01))
+    assert result.timed_calls == len(calls) == timing.MIN_TIMED_CALLS
+
+
+def test_a_log_gets_a_line_per_trial_while_the_run_goes(testplugins_path, tmp_path):
+    log = tmp_path / "run.log"
+    env = {"PYTHONPATH": str(testplugins_path), "PATH": "/usr/bin:/bin"}
+    with open(log, "w") as fh:
+        run = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--plugin", "sleepy", "--time", "2s",
+                                "--trials", "3", "--option", "step_ms=5", "-o", str(tmp_path / "r.json")],
+                               stdout=fh, stderr=subprocess.STDOUT, cwd=tmp_path, env=env)
+        seen_while_running = ""
+        deadline = time.monotonic() + 60
+        while run.poll() is None and time.monotonic() < deadline:
+            seen_while_running = log.read_text()
+            if "end sleepy:fixed-time trial 1: ok" in seen_while_running:
+                break
+            time.sleep(0.1)
+        still_running = run.poll() is None
+        assert run.wait(60) == 0
+    assert still_running and "start sleepy:fixed-time trial 1 (round 1; trial 1/3 of this run)" in seen_while_running
+    text = log.read_text()
+    assert "end sleepy:fixed-time trial 3: ok" in text and "img/s over 3 trial(s) (95% CI" in text
+    assert "accelbench results" in text and "\x1b[" not in text  # the table, no terminal escapes
+
+
+def test_log_lines_report_progress_at_most_every_interval(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    lines = LogLines(out, total_trials=1)
+    lines.started("p:b", 0, 0)
+    for second in range(1, 95):
+        clock[0] = 1000.0 + second
+        lines.progress("p:b", 0, "timed", second, None)
+    progress = [line for line in out.getvalue().splitlines() if "..." in line]
+    assert [line.split("] ")[1] for line in progress] == [
+        "... p:b trial 1: timed 30 steps, 30 s", "... p:b trial 1: timed 60 steps, 60 s",
+        "... p:b trial 1: timed 90 steps, 90 s"]
+
+
+def test_json_and_quiet_are_for_scripts(accelbench_cli, tmp_path):
+    result = accelbench_cli("run", "--plugin", "sleepy", "--time", "0.5s", "--json", "-o", str(tmp_path / "j.json"))
+    assert result.returncode == 0
+    document = json.loads(result.stdout)
+    assert document["records"][0]["status"] == "ok" and "results:" in result.stderr
+    quiet = accelbench_cli("run", "--plugin", "sleepy", "--time", "0.5s", "-q", "-o", str(tmp_path / "q.json"))
+    assert quiet.returncode == 0 and quiet.stdout.strip() == f"results: {tmp_path / 'q.json'}"
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ({"avx2", "fma"}, True), ({"avx2", "avx512f", "avx512bw", "avx512vl"}, True),
+    ({"avx512f", "avx512_bf16"}, False), ({"amx_bf16", "avx512f"}, False), (set(), False),
+])
+def test_bf16_emulation_is_told_from_the_cpu_flags(flags, expected):
+    from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+    warning = bf16_emulation_warning(frozenset(flags))
+    assert (warning is not None) == expected
+    if expected:
+        assert warning.startswith("bf16 is emulated on this CPU")
