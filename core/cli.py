@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,6 +13,7 @@ from typing import Any
 import click
 
 from .errors import UsageError
+from .inputs import FINITE
 
 # CLI flag → RunConfig field; only flags the user gave override the config file
 RUN_FLAGS = {
@@ -29,8 +31,8 @@ def price_options(command):
     for option in reversed([
         click.option("--prices", type=click.Path(dir_okay=False), help="Price catalogue JSON adding to/overriding the shipped 2018 one."),
         click.option("--price", help="Price every run at this catalogue entry (e.g. p3.8xlarge)."),
-        click.option("--price-per-hour", type=float, help="Price every run at this hourly price (your own hardware)."),
-        click.option("--epochs", type=int, default=90, show_default=True, help="Epochs for the cost-to-train figure."),
+        click.option("--price-per-hour", type=FINITE, help="Price every run at this hourly price (your own hardware)."),
+        click.option("--epochs", type=click.IntRange(min=1), default=90, show_default=True, help="Epochs for the cost-to-train figure."),
     ]):
         command = option(command)
     return command
@@ -64,7 +66,7 @@ def config_options(command):
         click.option("--threads", type=int, help="Compute threads (default: all cores)."),
         click.option("--inter-op-threads", type=int, help="Inter-op threads where the framework has them."),
         click.option("--seed", type=int, help="Random seed."),
-        click.option("--timeout", type=float, help="Seconds before a run's worker is stopped."),
+        click.option("--timeout", type=FINITE, help="Seconds before a run's worker is stopped."),
         click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process."),
         click.option("--option", "options", multiple=True, help="Backend option KEY=VALUE (repeatable)."),
     ]):
@@ -102,6 +104,7 @@ def plugins() -> None:
 @click.option("--scaling-baseline/--no-scaling-baseline", default=None,
               help="With --workers > 1, also run 1 worker for scaling efficiency (default on).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
+@click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @click.option("--schedule", "schedule_kind", type=click.Choice(["interleaved", "sequential"]), default="interleaved",
               show_default=True, help="Trial order: rounds with every run once, order reversed every other "
                                       "round (drift-robust, paired), or all trials of one run, then the next.")
@@ -114,10 +117,10 @@ def plugins() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress and no table: only the results file's path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document (JSON) on stdout; progress on stderr.")
 @price_options
-def run(plugin_names, backend_names, config_file, options, output, schedule_kind, until_decided, until_halfwidth,
-        max_time, quiet, as_json, prices, price, price_per_hour, epochs, **flags) -> None:
+def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, until_decided,
+        until_halfwidth, max_time, quiet, as_json, prices, price, price_per_hour, epochs, **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
-    from . import cost, runner
+    from . import cost, inputs, runner
     from .console import ResultsTable
     from .schedule import UNTIL_TRIAL_TIME_S
 
@@ -132,8 +135,9 @@ def run(plugin_names, backend_names, config_file, options, output, schedule_kind
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
+    kept = inputs.output_records(path, force)  # the last check: after it, workers start
     view = _View(quiet=quiet, as_json=as_json)
-    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view)
+    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, kept)
     if schedule.until and view.tables:
         _print_comparison(done, schedule.until.tolerance)
 
@@ -182,9 +186,10 @@ class _View:
 
 
 def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedule=None,
-             view: _View = _View()) -> list[dict[str, Any]]:
+             view: _View = _View(), kept: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Run the plans, pricing the records and rewriting the results file after every trial (so an
-    interruption keeps every finished one); print ``table``; exit 1 when a run failed."""
+    interruption keeps every finished one) after the ``kept`` records it held; print ``table``;
+    exit 1 when a run failed."""
     from . import cost, records, runner
     from .console import run_observer
 
@@ -193,7 +198,7 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
     def keep(snapshot: list[dict[str, Any]]) -> None:
         for record in snapshot:
             cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
-        records.write_results(path, snapshot)
+        records.write_results(path, [*kept, *snapshot])
         done[:] = snapshot
 
     total = None if schedule and schedule.until else sum(p.config.trials for p in plans)
@@ -201,11 +206,11 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
     try:
         with observer:
             runner.execute(plans, keep, observer, schedule)
-    except KeyboardInterrupt:
-        kept = f"kept {len(done)} finished record(s), with every finished trial, in {path}" if done else \
+    except KeyboardInterrupt as stop:
+        saved = f"kept {len(done)} finished record(s), with every finished trial, in {path}" if done else \
             "no trial had finished, nothing written"
-        click.echo(f"interrupted: {kept}", err=True)
-        sys.exit(130)
+        click.echo(f"{getattr(stop, 'signal_name', 'interrupted')}: {saved}", err=True)
+        sys.exit(getattr(stop, "exit_code", 130))
     if view.tables:
         table(done).print()
     if view.as_json:
@@ -264,8 +269,13 @@ def validate(files: tuple[str, ...]) -> None:
     from . import records, validation
 
     bad = 0
-    for name in files:
-        document = records.read_json(name)
+    for name in files:  # every file is checked and reported, whatever the ones before it held
+        try:
+            document = records.read_json(name)
+        except UsageError as exc:
+            bad += 1
+            click.echo(f"{name}: {exc}".replace(f"{name}: file {name}: ", f"{name}: "))
+            continue
         problems = validation.errors("results", document)
         if not problems:
             count = len(document["records"])
@@ -370,39 +380,45 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
 @click.option("--threads", type=int, help="Compute threads (default: all cores).")
 @click.option("--seed", type=int, help="Random seed (initialisation, shuffling, augmentation).")
 @click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process.")
-@click.option("--timeout", type=float, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
-@click.option("--target-top1", type=float, help="Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).")
+@click.option("--timeout", type=FINITE, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
+@click.option("--target-top1", type=FINITE, help="Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).")
 @click.option("--max-epochs", type=int, help="Epoch budget (default 20 digits, 90 ImageNet).")
 @click.option("--eval-every", type=int, help="Evaluate every N epochs (default 1).")
 @click.option("--stop-at-target/--no-stop-at-target", default=None, help="Stop when the target is reached (default on).")
 @click.option("--augmentation", type=click.Choice(["none", "imagenet"]), help="Training augmentation (default: the preset's).")
-@click.option("--base-lr", "base_learning_rate", type=float, help="Learning rate per 256 images (scaled by batch/256).")
-@click.option("--warmup-epochs", type=float, help="Linear warm-up epochs (default 5 ImageNet).")
+@click.option("--base-lr", "base_learning_rate", type=FINITE, help="Learning rate per 256 images (scaled by batch/256).")
+@click.option("--warmup-epochs", type=FINITE, help="Linear warm-up epochs (default 5 ImageNet).")
 @click.option("--decay-epochs", help="Epochs of the x decay-factor steps, e.g. 30,60,80.")
-@click.option("--decay-factor", type=float, help="Step decay factor (default 0.1).")
-@click.option("--momentum", type=float, help="SGD momentum (default 0.9).")
+@click.option("--decay-factor", type=FINITE, help="Step decay factor (default 0.1).")
+@click.option("--momentum", type=FINITE, help="SGD momentum (default 0.9).")
 @click.option("--nesterov/--no-nesterov", default=None, help="Nesterov momentum (default off).")
-@click.option("--weight-decay", type=float, help="L2 on weights, not batch-norm parameters (default 1e-4).")
-@click.option("--label-smoothing", type=float, help="Label smoothing (default 0).")
+@click.option("--weight-decay", type=FINITE, help="L2 on weights, not batch-norm parameters (default 1e-4).")
+@click.option("--label-smoothing", type=FINITE, help="Label smoothing (default 0).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json).")
+@click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @price_options
-def train(plugin_names, backend_names, data_dir, timeout, output, prices, price, price_per_hour, epochs,
+def train(plugin_names, backend_names, data_dir, timeout, output, force, prices, price, price_per_hour, epochs,
           **flags) -> None:
     """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
-    from . import cost, datasets, runner
+    from . import cost, datasets, inputs, runner
     from .config import RunConfig
     from .console import TrainingTable
 
     refs = _selected(plugin_names, backend_names, training=True)
     if isinstance(flags.get("decay_epochs"), str):
         flags["decay_epochs"] = _int_list(flags["decay_epochs"], "--decay-epochs")
-    dataset = datasets.load(data_dir or runner.default_dataset(refs))
-    config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
-    plans = runner.plan(refs, config)
+    target = flags.get("target_top1")
+    if target is not None and not 0 < target <= 1:
+        raise UsageError(f"--target-top1 must be in (0, 1], got {target:g}")
+    # everything the user gave is checked before the digits are converted (workers) or a run starts
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
-    _execute(plans, path, catalogue, explicit, epochs, TrainingTable)
+    kept = inputs.output_records(path, force)
+    dataset = datasets.load(data_dir or runner.default_dataset(refs))
+    config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
+    plans = runner.plan(refs, config)
+    _execute(plans, path, catalogue, explicit, epochs, TrainingTable, kept=kept)
 
 
 def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
@@ -463,7 +479,23 @@ def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...], tra
     return available
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (what Slurm, Kubernetes and systemd send): handled like Ctrl-C — workers
+    and engine services stopped, finished records kept — and the exit code says which signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.exit_code = 128 + signum
+        self.signal_name = f"stopped by {signal.Signals(signum).name}"
+
+
+def _raise_stopped(signum: int, frame) -> None:
+    raise Stopped(signum)
+
+
 def main() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_stopped)
     try:
         cli.main(standalone_mode=False)
     except UsageError as exc:
@@ -472,9 +504,9 @@ def main() -> None:
     except click.UsageError as exc:  # bad flag or value: one line, like our own errors
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as exc:
+        click.echo(getattr(exc.__context__, "signal_name", "aborted"), err=True)
+        sys.exit(getattr(exc.__context__, "exit_code", 130))
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -80,7 +80,10 @@ def _records_of(path: Path) -> list[dict[str, Any]]:
         validation.validate_or_raise("results", document, what=f"results file {path}")
         return document["records"]
     if isinstance(document, dict) and "accelbench" in document:  # pytest-benchmark JSON
-        records = document["accelbench"]["records"]
+        block = document["accelbench"]
+        if not isinstance(block, dict) or not isinstance(block.get("records"), list):
+            raise UsageError(f"{path}: its accelbench block is not {{\"records\": [...]}}")
+        records = block["records"]
         for record in records:
             validation.validate_or_raise("result", record, what=f"record in {path}")
         return records

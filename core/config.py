@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import validation
+from . import inputs, validation
 from .backend import BackendInfo
 from .errors import UsageError
 
@@ -118,16 +118,18 @@ def timed_phase(config: RunConfig) -> dict[str, Any]:
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a JSON or TOML config file into a dict (not yet validated)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"config file {path}: {exc.strerror}") from None
-    try:
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        return json.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"config file {path} is malformed: {exc}") from None
+    text = inputs.read_text(path, "config file")
+    if path.suffix == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"config file {path} is malformed: {exc}") from None
+    else:
+        data = inputs.parse_json(text, f"config file {path}")
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path}: must hold an object of run fields, not {type(data).__name__}")
+    inputs.check_finite(data, f"config file {path}")
+    return data
 
 
 def expand_sweep(config: RunConfig) -> list[RunConfig]:
@@ -150,7 +152,8 @@ def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int
     """
     global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
     return config.replace(
-        **timed_phase(config),
+        # train mode times epochs, not a warm-up and a timed phase: it claims neither
+        **(timed_phase(config) if config.mode == "throughput" else {}),
         # ResNet-50's v1/v1.5 variants; other models have none
         variant=(config.variant or info.default_variant) if config.model == "resnet50" else None,
         precision=config.precision or info.default_precision,

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from . import validation
+from . import inputs, validation
 from .errors import UsageError
 
 IMAGENET_EPOCH_IMAGES = 1_281_167
@@ -72,12 +72,7 @@ def load_catalogue(path: str | Path | None = None) -> list[Price]:
     shipped = json.loads(resources.files("accelbench").joinpath("data/prices_2018.json").read_text())
     entries = {e["name"]: e for e in _checked(shipped, "shipped price catalogue")}
     if path is not None:
-        try:
-            document = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise UsageError(f"price catalogue {path}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"price catalogue {path}: not JSON ({exc})") from None
+        document = inputs.read_json(path, "price catalogue")
         entries.update({e["name"]: e for e in _checked(document, f"price catalogue {path}")})
     return [Price(name=e["name"], price_per_hour=e["price_per_hour"], currency=e["currency"],
                   pricing=e["pricing"], source=e["source"], device_kind=e["device_kind"],

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import validation
+from . import inputs, validation
 from .errors import UsageError
 
 MANIFEST = "dataset.json"
@@ -110,6 +110,21 @@ def image_statistics(examples: list[Example], seed: int = 0) -> dict[str, Any]:
             "statistics_images": len(picked)}
 
 
+def check_decodable(examples: list[Example]) -> None:
+    """Decode every image once (Pillow, in the host): a file that is not an image, or a truncated
+    one, is refused with its name here, not met by a framework's input pipeline mid-training
+    (where a corrupt image has made readers retry and grow without bound)."""
+    from PIL import Image
+
+    for example in examples:
+        try:
+            with Image.open(example.path) as image:
+                image.load()
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+            raise UsageError(f"{example.path}: not a decodable image ({type(exc).__name__}: {exc}); "
+                             f"remove or replace it") from None
+
+
 def file_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -152,6 +167,8 @@ def _convert_into(source: str, out: Path, writers: dict[str, Writer], preset: st
         if not root.is_dir():
             raise UsageError(f"dataset source {source!r} is neither 'digits' nor a folder")
     classes, splits = index_folder(root)
+    for examples in splits.values():
+        check_decodable(examples)
     # class-sorted files would give a reader with a bounded shuffle buffer (tf.data) batches of few
     # classes: the training split is stored in one seeded random order, the same in every format
     random.Random(seed).shuffle(splits["train"])
@@ -193,7 +210,7 @@ def load(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / MANIFEST
     if not path.is_file():
         raise UsageError(f"{folder}: not a converted dataset (no {MANIFEST}); run `accelbench data SOURCE {folder}`")
-    manifest = json.loads(path.read_text())
+    manifest = inputs.read_json(path, "dataset manifest")
     validation.validate_or_raise("dataset", manifest, what=f"dataset manifest {path}")
     return {**manifest, "root": str(Path(folder).resolve())}
 

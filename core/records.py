@@ -245,7 +245,7 @@ def write_results(path: Path, records: list[dict[str, Any]]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(document, fh, indent=1)
+            json.dump(document, fh, indent=1, allow_nan=False)  # NaN is not JSON: never write it
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -257,13 +257,11 @@ def write_results(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    """A JSON document; UsageError naming the file when it is unreadable or not JSON."""
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not JSON ({exc})") from None
+    """A JSON document; UsageError naming the file when it is unreadable, not UTF-8 or not strict
+    JSON (NaN and Infinity are not JSON)."""
+    from . import inputs
+
+    return inputs.read_json(path, "file")
 
 
 def read_results(path: str | Path) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cost
+from .errors import UsageError
 
 SWEEP_PNG = "throughput_vs_batch.png"
 DOLLARS_PNG = "images_per_dollar.png"
@@ -27,6 +28,28 @@ COMPARE_PNG = "comparisons.png"
 REFERENCE_MARKERS = ("*", "P", "X", "D", "s", "^")
 #: the equivalence bound of the report's comparison section (``accelbench report --tolerance``)
 DEFAULT_TOLERANCE = 0.03
+
+
+def _pyplot():
+    """matplotlib's pyplot, headless, with labels as plain text: a '$' in a plugin's name must not
+    start mathtext (it would fail on the unbalanced dollar)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _finished(fig, ax, xlabel: str, ylabel: str, title: str):
+    """Labels, grid, legend and a layout that keeps them inside the figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def study_reference() -> dict[str, Any]:
@@ -61,9 +84,7 @@ def sweep_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
 
 
 def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None, title: str = ""):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for label, points in sweep_series(records).items():
@@ -75,19 +96,12 @@ def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None
                        edgecolors="black", linewidths=1.2, label=f"2018 study, published: {ref['label']}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("global batch size")
-    ax.set_ylabel("images / second (training, synthetic data)")
-    ax.set_title(title or "Training throughput against batch size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, "global batch size", "images / second (training, synthetic data)",
+                     title or "Training throughput against batch size")
 
 
 def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None, catalogue: list[cost.Price]):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     bars = [(f"{run_label(r)} b{r['batch']['global']}", r["cost"]["images_per_dollar"], "tab:blue", "")
             for r in records if r.get("cost", {}).get("price")]
@@ -107,9 +121,7 @@ def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | No
 
 def accuracy_figure(records: list[dict[str, Any]]):
     """Held-out top-1 against epoch, one line per train-mode record; its target dashed."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for record in training_records(records):
@@ -118,13 +130,8 @@ def accuracy_figure(records: list[dict[str, Any]]):
         if points:
             line, = ax.plot(*zip(*points), marker="o", label=f"{run_label(record)} on {record['data']['source']}")
             ax.axhline(record["training"]["target_top1"], color=line.get_color(), linestyle="--", linewidth=0.8)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("top-1 accuracy (held-out split)")
-    ax.set_title("Convergence: top-1 against epoch (dashed: target)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, "epoch", "top-1 accuracy (held-out split)",
+                     "Convergence: top-1 against epoch (dashed: target)")
 
 
 def round_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
@@ -140,20 +147,13 @@ def round_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
 
 
 def rounds_figure(series: dict[str, list[tuple[int, float]]]):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for label, points in series.items():
         ax.plot(*zip(*points), marker="o", label=label)
-    ax.set_xlabel("round (every run once per round, order reversed every other round)")
-    ax.set_ylabel("images / second")
-    ax.set_title("Trials by round: a shared slope is the machine drifting")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, "round (every run once per round, order reversed every other round)",
+                     "images / second", "Trials by round: a shared slope is the machine drifting")
 
 
 def training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -182,9 +182,7 @@ def is_study_workload(records: list[dict[str, Any]]) -> bool:
 
 def comparison_figure(results: list, tolerance: float):
     """A forest plot: each pair's ratio with its 95% interval, the tolerance band shaded."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(results) + 1.6))
     ax.axvspan(1 - tolerance, 1 + tolerance, color="tab:green", alpha=0.12, label=f"±{tolerance:.0%}")
@@ -209,7 +207,12 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
     from . import compare
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.TemporaryFile(dir=out)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there: {exc.strerror or exc}") from None
+    probe.close()
     priced = with_costs(records, catalogue, explicit, epochs)
     reference = study_reference() if include_reference else None
     groups = workloads(priced)
@@ -226,9 +229,9 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
     comparisons = compare.comparisons(compare.runs_of(priced), tolerance)
     if comparisons:
         figures.append((COMPARE_PNG, comparison_figure(comparisons, tolerance)))
+    plt = _pyplot()
     for name, fig in figures:
         fig.savefig(out / name, dpi=110)
-        import matplotlib.pyplot as plt
         plt.close(fig)
     page = _page(priced, groups, comparisons, tolerance, reference, catalogue, epochs)
     target = out / "index.html"

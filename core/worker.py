@@ -14,6 +14,7 @@ import functools
 import os
 import random
 import resource
+import signal
 import sys
 import traceback
 from dataclasses import asdict
@@ -43,11 +44,25 @@ def apply_process_settings(config: RunConfig) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def die_with_parent() -> None:
+    """Linux: the kernel kills this process when the host dies, however it dies (SIGKILL
+    included), so a worker never runs on orphaned under PID 1. Elsewhere the pipe's EOF ends it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(fd: int) -> None:
     """Entry point of the worker process: ``python -m accelbench.worker FD``.
 
     The host sends its ``sys.path`` first (plain strings), then the pickled backend and config.
     """
+    die_with_parent()
     conn = Connection(fd)
     host_path = conn.recv()
     sys.path[:] = host_path + [p for p in sys.path if p not in host_path]

@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,43 @@ def run_backend(plugin: str, **config) -> dict:
 def loss_falls(losses: list[float], window: int = 5, factor: float = 0.7) -> bool:
     first, last = losses[:window], losses[-window:]
     return sum(last) / window < factor * sum(first) / window
+
+
+def worker_pids(host: int) -> set[int]:
+    """The accelbench worker processes whose parent is ``host``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == host and b"accelbench.worker" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def start_with_a_hang(testplugins_path, tmp_path) -> tuple[subprocess.Popen, Path, set[int]]:
+    out = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=str(testplugins_path))
+    host = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--backend", "sleepy:fixed-time",
+                             "--backend", "misbehaving:hangs", "--warmup-steps", "1", "--timed-steps", "3",
+                             "--timeout", "120", "-o", str(out)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, workers = time.monotonic() + 60, set()
+    while time.monotonic() < deadline and not (out.exists() and workers):
+        workers = worker_pids(host.pid) if out.exists() else set()
+        time.sleep(0.1)
+    assert workers, "the hanging backend's worker never started"
+    return host, out, workers

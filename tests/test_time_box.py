@@ -19,7 +19,7 @@ def _testplugins_on_path(testplugins_path, monkeypatch):
 
 
 def one_record(accelbench_cli, tmp_path, *args):
-    out = tmp_path / "r.json"
+    out = tmp_path / f"r{len(list(tmp_path.glob('r*.json')))}.json"  # a new file each: -o appends
     result = accelbench_cli("run", "--plugin", "sleepy", *args, "-o", str(out))
     assert result.returncode == 0, result.stderr
     [record] = load_records(out)

@@ -91,6 +91,7 @@ def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precisio
     assert len(curve) == t["epochs_to_target"]  # stopped at the target
     assert t["time_to_target_s"] == curve[-1]["wall_time_s"] > t["train_time_s"] > 0
     assert record["model"] == {"name": "resnet_small", "variant": None}
+    assert record["config"]["time_s"] is None and record["config"]["warmup"] is None  # epochs, not a time box
     assert record["image_size"] == 8 and record["batch"]["global"] == 64
     assert t["preprocessing"]["augmentation"] == "none"
     assert record["throughput"]["images_per_sec"] > 0
@@ -185,7 +186,7 @@ def test_the_readme_train_command_then_the_report(accelbench_cli, tmp_path, monk
 
 @pytest.mark.parametrize("args, message", [
     (["--data", "{tmp}/nowhere"], "not a converted dataset"),
-    (["--data", "{digits}", "--target-top1", "1.5"], "target_top1"),
+    (["--data", "{digits}", "--target-top1", "1.5"], "--target-top1 must be in (0, 1], got 1.5"),
     (["--data", "{digits}", "--global-batch", "5000"], "larger than the training split (1437 images)"),
     (["--data", "{digits}", "--decay-epochs", "ten"], "--decay-epochs must be comma-separated integers"),
 ])

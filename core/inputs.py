@@ -1,0 +1,122 @@
+"""Checking what a user gives, before any worker starts: files, numbers and the output path.
+
+Every problem is a ``UsageError`` naming the file or flag (one line on stderr, exit code 2), never
+a traceback, and nothing is written before all of it has been checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import UsageError
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A UTF-8 text file's contents."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, what: str) -> Any:
+    """Strict JSON: NaN and Infinity (which Python would accept) are refused, as is absurd nesting."""
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what}: not JSON ({exc})") from None
+    except ValueError as exc:
+        raise UsageError(f"{what}: not JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{what}: nested too deeply to be a config or results file") from None
+
+
+def read_json(path: str | Path, what: str = "file") -> Any:
+    return parse_json(read_text(path, what), f"{what} {path}")
+
+
+def check_finite(data: Any, what: str, where: str = "$") -> None:
+    """Refuse NaN and infinities anywhere in ``data`` (a TOML file may hold them)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise UsageError(f"{what}: {where} is {data}, not a finite number")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            check_finite(value, what, f"{where}.{key}")
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            check_finite(value, what, f"{where}[{index}]")
+
+
+class FiniteFloat(click.ParamType):
+    """A float option that refuses nan and ±inf (click's FLOAT accepts them)."""
+
+    name = "number"
+
+    def convert(self, value: Any, param, ctx) -> float:
+        if isinstance(value, float) and math.isfinite(value):
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+FINITE = FiniteFloat()
+
+
+def output_records(path: Path, force: bool) -> list[dict[str, Any]]:
+    """Check ``-o PATH`` before any worker starts; return the records already in it to keep.
+
+    Its folder must exist or be makeable and be writable; an existing file must be an accelbench
+    results file (its records are kept and the new ones appended; ``--force`` replaces it). Any
+    other file is never overwritten.
+    """
+    from . import validation
+
+    if path.is_dir():
+        raise UsageError(f"-o {path}: is a folder; give a file name")
+    _check_folder(path.parent)
+    if not path.exists() or force:
+        return []
+    refusal = UsageError(f"-o {path}: exists and is not an accelbench results file; it is never overwritten "
+                         f"(choose another path)")
+    try:
+        document = parse_json(read_text(path, "-o"), f"-o {path}")
+    except UsageError:
+        raise refusal from None
+    if validation.errors("results", document):
+        raise refusal
+    return document["records"]
+
+
+def _check_folder(folder: Path) -> None:
+    """The folder exists (or can be made) and a file can be created in it."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"-o: {existing} is a file, so no folder can be made under it")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageError(f"-o: cannot write in {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"-o: cannot write in {folder}")
