@@ -16,7 +16,9 @@ from ..tf_common import Recipe, TfBackend
 
 VERSION = "1.0.0"
 WEIGHT_DECAY = 1e-4
-DEFAULT_STEPS_PER_LOOP = 10
+#: steps per host round-trip: the recipe's 10 amortise an accelerator's round-trip; a CPU has no
+#: device to round-trip to, and there 10 steps of emulated bf16 (Eigen, AVX2-only CPUs) take minutes
+DEFAULT_STEPS_PER_LOOP = {"tpu": 10, "gpu": 10, "cpu": 1}
 
 
 class OfficialTpuResNet50(TfBackend):
@@ -26,20 +28,23 @@ class OfficialTpuResNet50(TfBackend):
         default_variant="v1.5", default_precision="bf16", batch_semantics="global",
         default_batch={"cpu": 8, "gpu": 1024, "tpu": 1024}, version=VERSION,
         description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
-        options={"steps_per_loop": f"training steps per host round-trip (default {DEFAULT_STEPS_PER_LOOP})",
+        options={"steps_per_loop": "training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)",
                  "tpu": "TPU name or address for TPUClusterResolver (default local)"},
         distributed="tf_config", data_format="tfrecord", models=("resnet50", "resnet_small"))
     protocol = "official TPU ResNet-50 (iterations_per_loop)"
 
     def check(self, config: RunConfig) -> str | None:
-        steps = config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP)
+        steps = steps_per_loop(config)
         if not isinstance(steps, int) or steps < 1:
             return f"steps_per_loop must be a positive integer, got {steps!r}"
         return super().check(config)
 
     def recipe(self, config: RunConfig) -> Recipe:
-        return Recipe(weight_decay=WEIGHT_DECAY,
-                      steps_per_call=config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP))
+        return Recipe(weight_decay=WEIGHT_DECAY, steps_per_call=steps_per_loop(config))
+
+
+def steps_per_loop(config: RunConfig):
+    return config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP.get(config.device, 10))
 
 
 @accelbench.hookimpl
