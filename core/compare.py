@@ -115,29 +115,33 @@ def runs_of(records: list[dict[str, Any]]) -> list[Run]:
     return [Run(_backend_id(r), r) for r in records if r["status"] == "ok"]
 
 
-def comparisons(runs: list[Run], tolerance: float | None, seed: int = 0) -> list[Comparison]:
-    """Every pair of runs that share a config (none is fine)."""
+def comparisons(runs: list[Run], tolerance: float | None, seed: int = 0,
+                confidence: float = 0.95) -> list[Comparison]:
+    """Every pair of runs that share a config (none is fine). ``confidence`` is that of the
+    intervals (their field is still named ``ci95``: 95% but for ``until`` runs' looks)."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(config_key(run.record), []).append(run)
-    return [_compare_pair(a, b, key, tolerance, seed)
+    return [_compare_pair(a, b, key, tolerance, seed, confidence)
             for key, members in groups.items() for a, b in combinations(members, 2)]
 
 
-def decided(records: list[dict[str, Any]], rule: StopRule) -> str:
-    """Why an ``until`` run may stop now (every comparison among these records meets ``rule``), or
-    "" to go on."""
-    results = comparisons(runs_of(records), rule.tolerance)
+def decided(records: list[dict[str, Any]], rule: StopRule, look: int) -> str:
+    """Why an ``until`` run may stop at its ``look``-th look (every comparison among these records
+    meets ``rule`` at the confidence this look may spend), or "" to go on."""
+    confidence = stats.sequential_confidence(look)
+    results = comparisons(runs_of(records), rule.tolerance, confidence=confidence)
     if not results:
         return "nothing left to compare (a run did not finish)"
+    at = f"{confidence:.2%} CI at look {look}, 5% error spent over the looks"
     if rule.tolerance is not None and all(r.verdict in ("within", "outside") for r in results):
         return "decided: " + "; ".join(f"{r.a} / {r.b} {r.verdict} ±{rule.tolerance:.1%} "
-                                       f"(ratio {r.ratio:.3f}, 95% CI {r.ci95[0]:.3f}–{r.ci95[1]:.3f})"
+                                       f"(ratio {r.ratio:.3f}, {at}: {r.ci95[0]:.3f}–{r.ci95[1]:.3f})"
                                        for r in results)
     if rule.half_width is not None and all(not r.single_sample and relative_half_width(r) <= rule.half_width
                                            for r in results):
-        return "precise: " + "; ".join(f"{r.a} / {r.b} ratio {r.ratio:.3f} ±{relative_half_width(r):.2%}"
-                                       for r in results)
+        return "precise: " + "; ".join(f"{r.a} / {r.b} ratio {r.ratio:.3f} ±{relative_half_width(r):.2%} "
+                                       f"({at})" for r in results)
     return ""
 
 
@@ -146,14 +150,15 @@ def relative_half_width(result: Comparison) -> float:
     return max(result.ratio - result.ci95[0], result.ci95[1] - result.ratio) / result.ratio
 
 
-def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int) -> Comparison:
+def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
+                  confidence: float = 0.95) -> Comparison:
     paired = _paired_rates(a.record, b.record)
     if paired:
-        estimate = stats.paired_ratio(*paired)
+        estimate = stats.paired_ratio(*paired, confidence=confidence)
         point, ci, count, unit = estimate.ratio, estimate.ci95, estimate.samples, "rounds"
         samples, analysis = f"{count} paired rounds", PAIRED_ANALYSIS
     else:
-        point, ci, count, unit, samples = _unpaired(a.record, b.record, seed)
+        point, ci, count, unit, samples = _unpaired(a.record, b.record, seed, confidence)
         analysis = f"unpaired bootstrap over {unit}"
     result = Comparison(a.label, b.label, key, a.record["throughput"]["images_per_sec"],
                         b.record["throughput"]["images_per_sec"], point, ci, samples, analysis=analysis)
@@ -190,11 +195,13 @@ def _trials_by_round(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
             if t["status"] == "ok" and "round" in t and "started_utc" in t and t["images_per_sec"]}
 
 
-def _unpaired(a: dict[str, Any], b: dict[str, Any], seed: int) -> tuple[float, tuple[float, float], int, str, str]:
+def _unpaired(a: dict[str, Any], b: dict[str, Any], seed: int,
+              confidence: float) -> tuple[float, tuple[float, float], int, str, str]:
     rng = np.random.default_rng(seed)
     samples_a, unit_a, count_a = _throughput_samples(a, rng)
     samples_b, unit_b, count_b = _throughput_samples(b, rng)
-    low, high = (float(x) for x in np.percentile(samples_a / samples_b, [2.5, 97.5]))
+    tail = (1 - confidence) / 2 * 100
+    low, high = (float(x) for x in np.percentile(samples_a / samples_b, [tail, 100 - tail]))
     point = a["throughput"]["images_per_sec"] / b["throughput"]["images_per_sec"]
     unit = unit_a if unit_a == unit_b else "timed steps"
     samples = f"{count_a} vs {count_b} {unit}" if unit_a == unit_b else f"{count_a} {unit_a} vs {count_b} {unit_b}"

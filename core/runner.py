@@ -320,12 +320,12 @@ class _ScheduledRun:
         env = environment.collect()
         self.contexts = [RunContext(p.ref, p.config, env) for p in plans]
         self.finished = [False] * len(plans)
-        for ctx, item, index in zip(self.contexts, plans, range(len(plans))):
+        for index, (ctx, item) in enumerate(zip(self.contexts, plans)):
             if item.precheck:
                 ctx.outcomes.append(item.precheck)
                 self.finished[index] = True
         self.run_id, self.started = uuid.uuid4().hex, time.monotonic()
-        self.rounds_run, self.stop_reason = 0, ""
+        self.rounds_run, self.stop_reason, self.looks = 0, "", 0
 
     def slots(self) -> Iterator[tuple[int, int]]:
         """(round, plan) to run next; stops at the time budget, and (``until``) once decided."""
@@ -364,7 +364,8 @@ class _ScheduledRun:
             return False
         from . import compare
 
-        decision = compare.decided(list(self.records().values()), rule)
+        self.looks += 1
+        decision = compare.decided(list(self.records().values()), rule, self.looks)
         if decision:
             self.stop_reason = decision
         return bool(decision)

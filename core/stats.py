@@ -66,7 +66,7 @@ class RatioEstimate:
 
 
 def paired_ratio(a_rates: Sequence[float], b_rates: Sequence[float],
-                 a_first: Sequence[bool] | None = None) -> RatioEstimate:
+                 a_first: Sequence[bool] | None = None, confidence: float = 0.95) -> RatioEstimate:
     """A/B from paired rounds (the two trials of one round ran next to each other).
 
     The estimate works on the per-round log-ratios, with a Student-t interval. Why t and not a
@@ -102,8 +102,17 @@ def paired_ratio(a_rates: Sequence[float], b_rates: Sequence[float],
         return RatioEstimate(math.exp(center), (math.exp(center), math.exp(center)), n)
     from scipy import stats as scipy_stats
 
-    half = float(scipy_stats.t.ppf(0.975, dof)) * se
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, dof)) * se
     return RatioEstimate(math.exp(center), (math.exp(center - half), math.exp(center + half)), n)
+
+
+def sequential_confidence(look: int, error: float = 0.05) -> float:
+    """The confidence of an interval read at the ``look``-th look (1, 2, ...) of a run that stops as
+    soon as one decides: look k may spend error / (k (k + 1)) of the error, and these sum to exactly
+    ``error`` over any number of looks, so the procedure as a whole decides wrongly at most that
+    often (a union bound). A fixed 95% interval read after every round would not: at a tolerance
+    bound it decides wrongly about one time in six over 40 looks (simulated)."""
+    return 1 - error / (look * (look + 1))
 
 
 @dataclass(frozen=True)
