@@ -62,7 +62,10 @@ class Schedule:
 
     @property
     def time_budget_s(self) -> float | None:
-        return self.max_time_s if self.max_time_s is not None or not self.until else DEFAULT_UNTIL_BUDGET_S
+        """``max_time_s``; an ``until`` run given none still stops at ``DEFAULT_UNTIL_BUDGET_S``."""
+        if self.max_time_s is None and self.until:
+            return DEFAULT_UNTIL_BUDGET_S
+        return self.max_time_s
 
     @property
     def round_limit(self) -> int:
