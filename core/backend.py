@@ -25,11 +25,13 @@ The epoch loop, learning-rate schedule and stopping rule are core's (``accelbenc
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import RunConfig
+    from .launch import Engine
 
 
 #: FLOPs of one training image per forward multiply-add: 2 FLOPs per multiply-add, and the
@@ -42,20 +44,30 @@ def training_flops(forward_macs: int) -> float:
     return float(TRAINING_FLOPS_PER_FORWARD_MAC * forward_macs)
 
 
+#: what a declared name may look like (model, variant, precision, device kind, data format, engine):
+#: the result schema's ``identifier``
+IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+
+
 @dataclass(frozen=True)
 class BackendInfo:
-    """How a backend describes itself, without importing its framework."""
+    """How a backend describes itself, without importing its framework.
+
+    The vocabulary a run may ask of this backend is what it declares here; the first name listed
+    is the default (first model, first variant of a model, first precision). Core knows none of
+    these names: a request for one the backend does not list is refused before any worker starts.
+    """
 
     name: str
     framework: str
     #: importable module names the backend needs; availability is checked with find_spec only
     requires: tuple[str, ...]
-    models: tuple[str, ...] = ("resnet50",)
-    variants: tuple[str, ...] = ("v1",)
+    models: tuple[str, ...]
+    #: model -> its variants, default first; a model not listed has no variants
+    variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
     precisions: tuple[str, ...] = ("fp32",)
+    #: device kinds, as ``accelbench.environment.device_counts`` names them ("cpu" always exists)
     devices: tuple[str, ...] = ("cpu",)
-    default_variant: str = "v1"
-    default_precision: str = "fp32"
     #: "global" or "per_device": how this workload's reference states its batch size
     batch_semantics: str = "per_device"
     #: default batch (in ``batch_semantics`` units) per device kind
@@ -64,14 +76,55 @@ class BackendInfo:
     description: str = ""
     #: backend-specific ``config.options`` keys this backend understands, with their meaning
     options: dict[str, str] = field(default_factory=dict)
-    #: the framework's own multi-worker engine this backend runs on, if any (``accelbench.launch``):
-    #: "tf_config" (TF MultiWorkerMirroredStrategy) or "dmlc_ps" (MXNet dist_sync kvstore)
-    distributed: str | None = None
-    #: the dataset format this backend trains from in train mode ("tfrecord", "recordio"), if any
+    #: the dataset format this backend trains from in train mode, if any (a name of the plugin's)
     data_format: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["variants"] = {model: list(names) for model, names in self.variants.items()}
+        return out
+
+    def problems(self) -> list[str]:
+        """What is wrong with this description (wrong types, names that are not identifiers)."""
+        found = [f"{name} must be a string" for name in ("name", "framework", "version", "description")
+                 if not isinstance(getattr(self, name), str)]
+        found += _name_problems("name", [self.name]) + _name_problems("framework", [self.framework])
+        for what in ("requires", "models", "precisions", "devices"):
+            found += _tuple_problems(what, getattr(self, what), allow_empty=what == "requires")
+        if not isinstance(self.variants, dict):
+            found.append("variants must be a dict of model -> tuple of variant names")
+        else:
+            for model, names in self.variants.items():
+                if model not in self.models:
+                    found.append(f"variants name model {model!r}, which is not in models")
+                found += _tuple_problems(f"variants[{model!r}]", names, allow_empty=False)
+        if self.batch_semantics not in ("global", "per_device"):
+            found.append(f"batch_semantics must be 'global' or 'per_device', not {self.batch_semantics!r}")
+        if not isinstance(self.default_batch, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.default_batch.values()):
+            found.append("default_batch must map device kinds to positive integers")
+        if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
+            found.append("options must map option names to their descriptions")
+        if self.data_format is not None:
+            found += _name_problems("data_format", [self.data_format])
+        return found
+
+    def default_variant(self, model: str) -> str | None:
+        names = self.variants.get(model, ())
+        return names[0] if names else None
+
+
+def _tuple_problems(what: str, value: Any, allow_empty: bool) -> list[str]:
+    if not isinstance(value, tuple):
+        return [f"{what} must be a tuple of names, not {type(value).__name__}"]
+    if not value and not allow_empty:
+        return [f"{what} must name at least one"]
+    return _name_problems(what, value)
+
+
+def _name_problems(what: str, names: Any) -> list[str]:
+    return [f"{what}: {name!r} is not a name (letters, digits, _ . + -)" for name in names
+            if not isinstance(name, str) or not IDENTIFIER.match(name)]
 
 
 @dataclass
@@ -92,11 +145,31 @@ class Prepared:
     #: shown in the terminal and kept in the record's warnings
     warnings: list[str] = field(default_factory=list)
 
+    def problems(self) -> list[str]:
+        """Fields of the wrong type (a third-party backend's mistake, caught before any record)."""
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        checks = {
+            "device_name must be a string": isinstance(self.device_name, str),
+            "flops_per_image must be a number or None": self.flops_per_image is None or number(self.flops_per_image),
+            "steps_per_call must be a positive integer": isinstance(self.steps_per_call, int)
+            and not isinstance(self.steps_per_call, bool) and self.steps_per_call > 0,
+            "data_placement must be a string": isinstance(self.data_placement, str),
+            "settings must be a dict with string keys": isinstance(self.settings, dict)
+            and all(isinstance(k, str) for k in self.settings),
+            "framework_version must be a string": isinstance(self.framework_version, str),
+            "warnings must be a list of strings": isinstance(self.warnings, list)
+            and all(isinstance(w, str) for w in self.warnings),
+        }
+        return [message for message, ok in checks.items() if not ok]
+
 
 class Backend:
     """Base class for backends. Subclasses set ``info`` and implement the worker-side methods."""
 
     info: BackendInfo
+    #: the framework's own multi-worker engine (``accelbench.launch.Engine``), if it has one; a
+    #: class attribute, so it stays in the host (instances travel to workers pickled)
+    engine: "Engine | None" = None
 
     def describe(self) -> BackendInfo:
         return self.info
@@ -104,6 +177,11 @@ class Backend:
     def check(self, config: "RunConfig") -> str | None:
         """Return None if this config can run here, else a one-line reason (→ ``unavailable``)."""
         return None
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """Whether an exception a step raised means the device or host ran out of memory (the
+        record then says so). A framework with an exception type of its own overrides this."""
+        return isinstance(error, MemoryError) or "out of memory" in str(error).lower()
 
     def prepare(self, config: "RunConfig") -> Prepared:
         raise NotImplementedError
@@ -139,8 +217,8 @@ class Backend:
         raise NotImplementedError
 
     def serve(self, config: "RunConfig") -> None:
-        """Run a non-worker role of the distributed engine (e.g. an MXNet ps-lite scheduler or
-        server), as set by the launch layer's environment; returns when the job is over."""
+        """Run a service role of this backend's engine (a parameter server, a scheduler), as its
+        ``LaunchPlan`` environment says; returns when the job is over."""
         raise NotImplementedError(f"{self.info.name} has no distributed service role")
 
 

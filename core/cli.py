@@ -17,7 +17,7 @@ from .inputs import FINITE
 
 # CLI flag → RunConfig field; only flags the user gave override the config file
 RUN_FLAGS = {
-    "variant": "variant", "global_batch": "global_batch", "per_device_batch": "per_device_batch",
+    "model": "model", "variant": "variant", "global_batch": "global_batch", "per_device_batch": "per_device_batch",
     "batch_sizes": "batch_sizes", "device": "device", "device_count": "device_count",
     "precision": "precision", "image_size": "image_size", "num_classes": "num_classes", "warmup_steps": "warmup_steps",
     "timed_steps": "timed_steps", "trials": "trials", "threads": "threads",
@@ -44,13 +44,14 @@ def config_options(command):
         click.option("--plugin", "plugin_names", multiple=True, help="Run this plugin's backends (repeatable)."),
         click.option("--backend", "backend_names", multiple=True, help="Run this backend, by name or plugin:name."),
         click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON or TOML run config."),
-        click.option("--variant", type=click.Choice(["v1", "v1.5"]), help="ResNet-50 variant."),
+        click.option("--model", help="Model, as the backend names it (default: its first; `accelbench plugins` lists them)."),
+        click.option("--variant", help="Variant of the model, as the backend names it (default: its first)."),
         click.option("--global-batch", type=int, help="Global batch (split over the devices)."),
         click.option("--per-device-batch", type=int, help="Per-device batch (tf_cnn_benchmarks' --batch_size)."),
         click.option("--batch-sizes", help="Sweep of global batch sizes, e.g. 8,16,32."),
-        click.option("--device", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), help="Device kind."),
+        click.option("--device", help="Device kind the backend lists (cpu, gpu, ...), or auto (default)."),
         click.option("--device-count", type=int, help="Devices to use (default: all of the kind)."),
-        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision."),
+        click.option("--precision", help="Numeric precision, as the backend names it (default: its first)."),
         click.option("--image-size", type=int, help="Square image side (default 224)."),
         click.option("--num-classes", type=int, help="Classes of the synthetic labels (default 1000)."),
         click.option("--warmup-steps", type=int, help="Untimed steps first; with --warmup stable, the most (default 10)."),
@@ -91,7 +92,9 @@ def plugins() -> None:
         entries = []
         for ref in (r for r in backends if r.plugin.name == plugin.name):
             reason = ref.unavailable_reason()
+            engine = ref.backend.engine
             entries.append({"id": ref.id, **ref.backend.describe().to_json(),
+                            "engine": engine.name if engine else None,
                             "available": reason is None, "reason": reason or ""})
         listing.append({"name": plugin.name, "version": plugin.version, "module": plugin.module,
                         "error": plugin.error, "backends": entries})
@@ -225,10 +228,12 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
 @config_options
 @click.option("--rank", type=int, required=True, help="This worker's rank, 0..workers-1.")
 @click.option("--workers", type=int, required=True, help="Workers in the job (one per host).")
-@click.option("--coordinator", required=True, help="HOST:PORT of MXNet's scheduler (started by rank 0).")
-@click.option("--peers", help="TensorFlow: every worker's HOST:PORT, comma-separated, in rank order.")
-@click.option("--host", "node_host", help="MXNet: this host's address as the other hosts reach it.")
-@click.option("--servers", type=int, default=1, show_default=True, help="MXNet: ps-lite servers (rank 0 starts them).")
+@click.option("--coordinator", required=True,
+              help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one).")
+@click.option("--peers", help="Every worker's HOST:PORT, comma-separated, in rank order (engines that need it).")
+@click.option("--host", "node_host", help="This host's address as the other hosts reach it (engines that need it).")
+@click.option("--servers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Service processes (e.g. parameter servers) rank 0 starts, for engines with them.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
 def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_names, config_file, options, output,
            **flags) -> None:
@@ -242,8 +247,9 @@ def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_n
     [item] = runner.plan(refs, config)
     if item.precheck:
         raise UsageError(item.precheck.reason)
-    engine = refs[0].backend.describe().distributed
-    plan = launch.plan_rank(engine, rank, config.workers, coordinator, peers, node_host, servers)
+    cluster = launch.ClusterRank(rank, config.workers, coordinator, tuple(peers.split(",")) if peers else (),
+                                 node_host, servers)
+    plan = launch.plan_rank(refs[0].backend.engine, cluster)
     record = runner.run_rank(refs[0], item.config, plan, rank)
     records.write_results(Path(output), [record])
     click.echo(f"rank {rank}: {record['status']} {record['reason']}".strip())
@@ -337,7 +343,7 @@ def report(files: tuple[str, ...], out_dir: str, reference: bool, tolerance: str
               help="Training defaults for this dataset (default: small for digits, imagenet for a folder).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the digits' train/val split.")
 def data(source: str, out: str, preset: str | None, seed: int) -> None:
-    """Convert SOURCE into every installed framework's format (TFRecord, RecordIO, ...) under OUT.
+    """Convert SOURCE into the dataset format of every installed backend that trains under OUT.
 
     SOURCE is 'digits' (scikit-learn's bundled handwritten digits, no download) or an image folder
     with train/<class>/* and val/<class>/* (ImageNet's layout). Every record is read back and
@@ -369,13 +375,13 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
 @click.option("--backend", "backend_names", multiple=True, help="Train this backend, by name or plugin:name.")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False),
               help="A dataset converted by `accelbench data` (default: the embedded digits).")
-@click.option("--model", type=click.Choice(["resnet50", "resnet_small"]), help="Default: the dataset preset's.")
-@click.option("--variant", type=click.Choice(["v1", "v1.5"]), help="ResNet-50 variant.")
+@click.option("--model", help="Model, as the backend names it (default: the dataset preset's).")
+@click.option("--variant", help="Variant of the model, as the backend names it (default: its first).")
 @click.option("--global-batch", type=int, help="Global batch (default: the preset's, 64 digits / 256 ImageNet).")
 @click.option("--per-device-batch", type=int, help="Per-device batch.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), help="Device kind.")
+@click.option("--device", help="Device kind the backend lists (cpu, gpu, ...), or auto (default).")
 @click.option("--device-count", type=int, help="Devices to use.")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision.")
+@click.option("--precision", help="Numeric precision, as the backend names it (default: its first).")
 @click.option("--image-size", type=int, help="Square training image side (default: the dataset's, or 224).")
 @click.option("--threads", type=int, help="Compute threads (default: all cores).")
 @click.option("--seed", type=int, help="Random seed (initialisation, shuffling, augmentation).")

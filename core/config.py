@@ -23,7 +23,8 @@ from .errors import UsageError
 
 @dataclass(frozen=True)
 class RunConfig:
-    model: str = "resnet50"
+    #: model, variant and precision: names the backend declares; None: the backend's default
+    model: str | None = None
     variant: str | None = None
     global_batch: int | None = None
     per_device_batch: int | None = None
@@ -151,12 +152,14 @@ def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int
     Raises UsageError for a batch that cannot be split evenly over the devices.
     """
     global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
+    model = config.model or info.models[0]
     return config.replace(
         # train mode times epochs, not a warm-up and a timed phase: it claims neither
         **(timed_phase(config) if config.mode == "throughput" else {}),
-        # ResNet-50's v1/v1.5 variants; other models have none
-        variant=(config.variant or info.default_variant) if config.model == "resnet50" else None,
-        precision=config.precision or info.default_precision,
+        model=model,
+        # a model the backend declares no variants of has none
+        variant=config.variant or info.default_variant(model),
+        precision=config.precision or info.precisions[0],
         device=device,
         device_count=device_count,
         global_batch=global_batch,

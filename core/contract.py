@@ -14,6 +14,7 @@ from typing import Any
 
 from . import records, runner
 from .config import RunConfig
+from .errors import UsageError
 from .registry import PluginHost
 
 #: an async step returns at once and the work lands on a later step: mean >> median, tiny minimum
@@ -49,16 +50,19 @@ def describes_without_framework(backend: str) -> dict:
 
 
 def refuses_bad_config(backend: str) -> list[str]:
-    """Impossible requests come back ``unavailable`` with a reason, never as a crash."""
+    """A precision the backend does not declare is refused before any worker starts; a request
+    only the machine can refuse (more accelerators than any machine has) comes back
+    ``unavailable`` with a reason, never as a crash."""
     ref = _ref(backend)
     info = ref.backend.describe()
-    impossible = [RunConfig(precision=next(p for p in ("fp16", "bf16", "fp32") if p not in info.precisions),
-                            global_batch=2, timed_steps=1, warmup_steps=0)] \
-        if set(info.precisions) != {"fp16", "bf16", "fp32"} else []
-    if "gpu" in info.devices:  # more GPUs than any machine has: the backend's own check must say no
-        impossible.append(RunConfig(device="gpu", device_count=4096, global_batch=4096, timed_steps=1, warmup_steps=0))
-    reasons = []
-    for config in impossible:
+    try:
+        runner.plan([ref], RunConfig(precision="no-such-precision"))
+    except UsageError as exc:
+        reasons = [str(exc)]
+    else:
+        raise ContractViolation(f"{backend}: a precision it does not declare was not refused")
+    for kind in [d for d in info.devices if d != "cpu"][:1]:  # the backend's own check must say no
+        config = RunConfig(device=kind, device_count=4096, global_batch=4096, timed_steps=1, warmup_steps=0)
         [record] = runner.execute(runner.plan([ref], config), records.check_all)
         if record["status"] != "unavailable" or not record["reason"]:
             raise ContractViolation(f"{backend}: an impossible config gave {record['status']!r}: {record['reason']}")

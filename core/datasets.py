@@ -5,8 +5,8 @@ per class (ImageNet's layout). The embedded default, ``digits``, is scikit-learn
 handwritten digits (1,797 8x8 images, 10 classes, no download), written first as such a folder of
 PNGs, so it goes through exactly the path a real ImageNet copy takes.
 
-Each format is written by the framework that reads it (TFRecord by TensorFlow, RecordIO by
-MXNet), in that framework's worker process, from the source files' bytes unchanged. Every record
+Each format is written by the framework that reads it (a backend's ``data_format``, with its
+``write_dataset``), in that framework's worker process, from the source files' bytes unchanged. Every record
 is then read back by the same framework and compared with its source file (sha256 and label).
 The manifest ``dataset.json`` is written last, atomically: a folder without it is not a dataset.
 """
@@ -169,7 +169,7 @@ def _convert_into(source: str, out: Path, writers: dict[str, Writer], preset: st
     classes, splits = index_folder(root)
     for examples in splits.values():
         check_decodable(examples)
-    # class-sorted files would give a reader with a bounded shuffle buffer (tf.data) batches of few
+    # class-sorted files would give a reader with a bounded shuffle buffer (a streaming input pipeline) batches of few
     # classes: the training split is stored in one seeded random order, the same in every format
     random.Random(seed).shuffle(splits["train"])
     manifest = {"schema_version": DATASET_SCHEMA_VERSION, "name": name, "source": str(root.resolve()),

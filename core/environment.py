@@ -14,13 +14,15 @@ import socket
 import subprocess
 from functools import cache
 from importlib import metadata
+from typing import Iterable
 
-KEY_PACKAGES = ("accelbench", "tensorflow", "tensorflow-cpu", "tf-keras", "keras", "mxnet",
-                "numpy", "pluggy", "jsonschema", "pytest-benchmark")
+#: the host's own packages; the frameworks' come from the modules the running backends require
+CORE_PACKAGES = ("accelbench", "numpy", "pluggy", "jsonschema", "pytest-benchmark")
 
 
-def collect() -> dict:
-    """The ``environment`` block of a record."""
+def collect(modules: Iterable[str] = ()) -> dict:
+    """The ``environment`` block of a record; ``modules``: what the backends that run require
+    (``BackendInfo.requires``), whose distributions are listed with their versions."""
     return {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
@@ -29,7 +31,7 @@ def collect() -> dict:
         "memory_bytes": _memory_bytes(),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "packages": package_versions(),
+        "packages": package_versions(modules),
         "accelerators": gpus() + tpus(),
     }
 
@@ -55,14 +57,34 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(modules: Iterable[str] = ()) -> dict[str, str]:
     found = {}
-    for name in KEY_PACKAGES:
+    for name in [*CORE_PACKAGES, *(d for m in modules for d in distributions(m))]:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
     return found
+
+
+@cache
+def _distributions_by_module() -> dict[str, list[str]]:
+    return metadata.packages_distributions()
+
+
+def distributions(module: str) -> list[str]:
+    """The installed distributions that provide an importable module (from metadata, no import)."""
+    return list(_distributions_by_module().get(module.partition(".")[0], []))
+
+
+def distribution_version(module: str) -> str:
+    """The version of the distribution that provides ``module``, or "" when none is installed."""
+    for name in distributions(module):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
 
 
 def device_counts() -> dict[str, int]:

@@ -25,13 +25,16 @@ def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
               on_progress: Callable[[str, int, int], None] | None = None,
               on_started: Callable[[list[Worker]], None] | None = None) -> list[TrialOutcome]:
     """One trial across ``launch.workers`` processes; one outcome per rank (all failed if one did)."""
-    services = [Worker(ref, config, env=env, label=role) for role, env in launch.services]
-    for service in services:
-        service.send("serve")
-    workers = [Worker(ref, config, env=env, label=f"rank{rank}") for rank, env in enumerate(launch.worker_envs)]
-    if on_started:
-        on_started(workers + services)
+    services: list[Worker] = []
+    workers: list[Worker] = []
     try:
+        for role, env in launch.services:
+            services.append(Worker(ref, config, env=env, label=role))
+            services[-1].send("serve")
+        for rank, env in enumerate(launch.worker_envs):
+            workers.append(Worker(ref, config, env=env, label=f"rank{rank}"))
+        if on_started:
+            on_started(workers + services)
         reasons = _all(workers, services, "check")
         refusal = next((r for r in reasons if r), None)
         if refusal:
@@ -41,7 +44,7 @@ def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
         finals = _all(workers, services, "teardown")
         return [TrialOutcome("ok", "", t, p, f) for t, p, f in zip(timings, prepared, finals)]
     except WorkerFailure as failure:
-        return [TrialOutcome(failure.status, failure.reason) for _ in workers]
+        return [TrialOutcome(failure.status, failure.reason) for _ in launch.worker_envs]
     finally:
         for process in workers:  # all at once: a framework's shutdown may wait for every peer
             process.request_exit()

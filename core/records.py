@@ -56,6 +56,24 @@ def utc_now(timespec: str = "seconds") -> str:
 
 
 def build(ctx: RunContext) -> dict[str, Any]:
+    """The run's record, always schema-valid. When what the backend reported breaks the schema
+    (a third-party plugin broke the contract), the record is ``failed`` with the validation error
+    as its reason, and none of the backend's figures are kept."""
+    try:
+        record = _assemble(ctx)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # values no record can hold
+        problems = [f"{type(exc).__name__}: {exc}"]
+    else:
+        problems = validation.errors("result", record)
+        if not problems:
+            return record
+    reason = f"the backend's results broke the result schema: {problems[0]}"
+    failed = [TrialOutcome("failed", reason, round=o.round, started_utc=o.started_utc, ended_utc=o.ended_utc)
+              for o in ctx.outcomes] or [TrialOutcome("failed", reason)]
+    return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule))
+
+
+def _assemble(ctx: RunContext) -> dict[str, Any]:
     """Assemble a record; statistics only when every trial is ok (a number is never invented)."""
     info = ctx.ref.backend.describe()
     cfg = ctx.config
@@ -70,8 +88,9 @@ def build(ctx: RunContext) -> dict[str, Any]:
         "config_hash": cfg.config_hash(),
         "plugin": {"name": ctx.ref.plugin.name, "version": ctx.ref.plugin.version},
         "backend": {"name": info.name, "version": info.version},
+        # as the framework reports itself, else its installed distribution's version
         "framework": {"name": info.framework,
-                      "version": prepared.get("framework_version", "")},
+                      "version": prepared.get("framework_version") or ctx.ref.framework_version()},
         "model": {"name": cfg.model, "variant": cfg.variant},
         "precision": cfg.precision,
         "device": {"kind": cfg.device, "count": cfg.device_count, "name": prepared.get("device_name", "")},

@@ -6,6 +6,7 @@ Plugins come from the ``accelbench`` entry-point group, built-in ones included. 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Iterable
 import pluggy
 
 from . import hookspecs
-from .backend import Backend
+from .backend import IDENTIFIER, Backend, BackendInfo
+from .launch import Engine
 from .errors import UsageError
 
 ENTRY_POINT_GROUP = "accelbench"
@@ -40,6 +42,12 @@ class BackendRef:
     @property
     def id(self) -> str:
         return f"{self.plugin.name}:{self.backend.describe().name}"
+
+    def framework_version(self) -> str:
+        """The installed version of the first required module's distribution ("" if unknown)."""
+        from .environment import distribution_version
+
+        return next((v for v in map(distribution_version, self.backend.describe().requires) if v), "")
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run on this host at all (its framework is missing), else None.
@@ -71,16 +79,38 @@ class PluginHost:
         self._plugins[name] = PluginInfo(name, version, module)
 
     def plugins(self) -> list[PluginInfo]:
+        """Every plugin, with the error that keeps it (or some of its backends) out, if any."""
+        self.backends()  # a registrar's errors are found by asking it
         return sorted(self._plugins.values(), key=lambda p: p.name)
 
     def backends(self) -> list[BackendRef]:
-        """Every backend of every loaded plugin, asking each plugin's registrar in turn."""
+        """Every well-formed backend of every loaded plugin, asking each plugin's registrar in turn.
+
+        A registrar that raises, or a backend whose description is malformed, never stops the
+        others: the plugin is listed with the error, and its good backends still run.
+        """
         refs: list[BackendRef] = []
         for impl in self._pm.hook.register_backends.get_hookimpls():
             plugin = self._plugins[impl.plugin_name]
-            impl.function(register=lambda backend, p=plugin: refs.append(BackendRef(p, backend)))
+            found: list[BackendRef] = []
+            try:
+                impl.function(register=lambda backend, p=plugin: found.append(BackendRef(p, backend)))
+            except Exception as exc:  # noqa: BLE001 - a third party's bug is reported, not fatal
+                self._fail(plugin, f"register_backends raised {type(exc).__name__}: {exc}")
+            for ref in found:
+                problem = _backend_problem(ref.backend)
+                if problem:
+                    self._fail(plugin, problem)
+                else:
+                    refs.append(ref)
         _refuse_duplicates(refs)
         return sorted(refs, key=lambda r: r.id)
+
+    def _fail(self, plugin: PluginInfo, error: str) -> None:
+        current = self._plugins[plugin.name]
+        if error not in current.error:
+            joined = f"{current.error}; {error}" if current.error else error
+            self._plugins[plugin.name] = PluginInfo(current.name, current.version, current.module, joined)
 
     def select(self, plugins: Iterable[str] = (), backends: Iterable[str] = ()) -> list[BackendRef]:
         """Backends matching the named plugins and backend names/ids; unknown names are an error."""
@@ -89,7 +119,7 @@ class PluginHost:
         for name in plugins:
             if name not in self._plugins:
                 raise UsageError(f"unknown plugin {name!r} (loaded: {', '.join(self._plugins) or 'none'})")
-            if self._plugins[name].error:
+            if self._plugins[name].error and not any(r.plugin.name == name for r in known):
                 raise UsageError(f"plugin {name!r} failed to load: {self._plugins[name].error}")
         for name in backends:
             if not any(name in (r.id, r.backend.describe().name) for r in known):
@@ -112,6 +142,37 @@ class PluginHost:
                 continue
             self._pm.register(module, name=ep.name)
             self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value)
+
+
+@functools.cache
+def framework_modules() -> tuple[str, ...]:
+    """The top-level modules every registered backend requires: a worker reports which of them it
+    loaded (evidence that each framework lives only in its own worker)."""
+    try:
+        refs = PluginHost().backends()
+    except UsageError:
+        return ()
+    return tuple(sorted({m.partition(".")[0] for r in refs for m in r.backend.describe().requires}))
+
+
+def _backend_problem(backend: object) -> str | None:
+    """Why this registered object cannot be run as a backend, or None."""
+    if not isinstance(backend, Backend):
+        return f"registered {type(backend).__name__}, which is not an accelbench.Backend"
+    try:
+        info = backend.describe()
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(backend).__name__}.describe() raised {type(exc).__name__}: {exc}"
+    if not isinstance(info, BackendInfo):
+        return f"{type(backend).__name__}.describe() returned {type(info).__name__}, not a BackendInfo"
+    try:
+        problems = info.problems()
+    except Exception as exc:  # noqa: BLE001 - a description too broken to check is broken
+        problems = [f"malformed ({type(exc).__name__}: {exc})"]
+    engine = backend.engine
+    if engine is not None and (not isinstance(engine, Engine) or not IDENTIFIER.match(str(engine.name))):
+        problems.append("engine must be an accelbench.launch.Engine with a name (letters, digits, _ . + -)")
+    return f"backend {info.name!r}: {'; '.join(problems)}" if problems else None
 
 
 def _allow_list() -> set[str] | None:

@@ -174,10 +174,12 @@ def workloads(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
-def is_study_workload(records: list[dict[str, Any]]) -> bool:
-    """The 2018 study's figures belong only beside ResNet-50 at 224x224 on synthetic data."""
-    r = records[0]
-    return r["model"]["name"] == "resnet50" and r["image_size"] == 224 and r.get("mode", "throughput") == "throughput"
+def is_study_workload(records: list[dict[str, Any]], reference: dict[str, Any]) -> bool:
+    """A reference's figures belong only beside its own workload (the 2018 study's: ResNet-50 at
+    224x224 on synthetic data), as its data file states it."""
+    r, workload = records[0], reference["workload"]
+    return (r["model"]["name"] == workload["model"] and r["image_size"] == workload["image_size"]
+            and r.get("mode", "throughput") == workload["mode"])
 
 
 def comparison_figure(results: list, tolerance: float):
@@ -218,7 +220,7 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
     groups = workloads(priced)
     figures = []
     for index, (label, members) in enumerate(groups.items()):
-        shown = reference if reference and is_study_workload(members) else None
+        shown = reference if reference and is_study_workload(members, reference) else None
         figures += [(_figure_name(index, SWEEP_PNG), sweep_figure(members, shown, f"Throughput against batch: {label}")),
                     (_figure_name(index, DOLLARS_PNG), dollars_figure(members, shown, catalogue))]
     if training_records(priced):

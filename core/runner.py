@@ -16,19 +16,19 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import datasets, environment, records, training
+from . import datasets, environment, records
 from .config import RunConfig
-from .errors import UsageError
+from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
-from .registry import BackendRef
+from .registry import BackendRef, framework_modules
 from .schedule import MIN_DECIDING_ROUNDS, Schedule
-from .timing import Timing
 from .schedule import slots as schedule_slots
+from .timing import Timing
 
 class RunObserver:
     """What a run tells whoever watches it (the terminal, a log). Every method does nothing here;
@@ -77,7 +77,15 @@ class Worker:
                 env={**os.environ, **(env or {})})
         child.close()
         self.conn.send(sys.path)  # so the worker imports plugins exactly as the host did
-        self.conn.send((ref.backend, config))
+        try:
+            self.conn.send((ref.backend, config))
+            self.conn.send(framework_modules())
+        except Exception as exc:  # a backend holding a lock, a lambda, an open file...
+            self.kill()
+            self.conn.close()
+            self.discard_log()
+            raise WorkerFailure("failed", f"the backend cannot be sent to its worker process: pickling it "
+                                          f"raised {type(exc).__name__}: {exc}") from None
         self.timeout_s = timeout_s or config.timeout_s
         self.deadline = time.monotonic() + self.timeout_s
         self.phase = "start"
@@ -169,7 +177,10 @@ def _exit_text(code: int | None) -> str:
 
 def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, int, int], None] | None = None) -> TrialOutcome:
     """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker."""
-    handle = Worker(ref, config)
+    try:
+        handle = Worker(ref, config)
+    except WorkerFailure as failure:
+        return TrialOutcome(failure.status, failure.reason)
     prepared = None
     try:
         reason = handle.call("check")
@@ -191,103 +202,6 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         return TrialOutcome(failure.status, failure.reason, None, prepared)
     finally:
         handle.close()
-
-
-@dataclass
-class Plan:
-    ref: BackendRef
-    config: RunConfig  # resolved (as far as a refused run allows)
-    #: the host's refusal (framework missing, unsupported request), when there is one
-    precheck: TrialOutcome | None = None
-
-
-def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
-    """Resolve every (backend, sweep point) up front, so bad input fails before anything runs."""
-    _refuse_unknown_options(refs, config)
-    counts = environment.device_counts()
-    dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
-    plans = []
-    for ref in refs:
-        for point in configuration.expand_sweep(config):
-            refusal = _host_precheck(ref, point) or _dataset_precheck(ref, dataset)
-            if refusal:
-                plans.append(Plan(ref, _resolve_for_record(ref, point, counts), refusal))
-                continue
-            resolved = _resolve(ref, point, counts)
-            if dataset and training.steps_per_epoch(dataset, resolved.global_batch) < 1:
-                raise UsageError(f"global batch {resolved.global_batch} is larger than the training split "
-                                 f"({dataset['splits']['train']['count']} images)")
-            if resolved.workers > 1 and resolved.scaling_baseline:
-                plans.append(Plan(ref, configuration.single_worker_baseline(resolved)))
-            plans.append(Plan(ref, resolved))
-    return plans
-
-
-def _refuse_unknown_options(refs: list[BackendRef], config: RunConfig) -> None:
-    known = {key for ref in refs for key in ref.backend.describe().options}
-    unknown = sorted(set(config.options) - known)
-    if unknown:
-        raise UsageError(f"unknown option {unknown[0]!r} for the selected backends "
-                         f"(known: {', '.join(sorted(known)) or 'none'})")
-
-
-def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:
-    info = ref.backend.describe()
-    device = pick_device(info.devices, config.device, counts)
-    count = config.device_count or max(1, counts.get(device, 0))
-    return configuration.resolve(config, info, device, count)
-
-
-def _resolve_for_record(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:
-    """A resolved config for a refused run's record: the batch cannot be wrong here."""
-    try:
-        return _resolve(ref, config, counts)
-    except Exception:  # noqa: BLE001 - the refusal reason is what the record reports
-        info = ref.backend.describe()
-        device = config.device if config.device != "auto" else "cpu"
-        return configuration.resolve(config.replace(global_batch=None, per_device_batch=None),
-                                     info, device, 1)
-
-
-def pick_device(supported: tuple[str, ...], requested: str, counts: dict[str, int]) -> str:
-    """The requested device kind, or for 'auto' the best present one the backend supports."""
-    if requested != "auto":
-        return requested
-    for kind in ("tpu", "gpu"):
-        if kind in supported and counts.get(kind, 0) > 0:
-            return kind
-    return "cpu"
-
-
-def _host_precheck(ref: BackendRef, config: RunConfig) -> TrialOutcome | None:
-    """Refusals the host can decide without a worker: missing framework, unsupported request."""
-    info = ref.backend.describe()
-    missing = ref.unavailable_reason()
-    if missing:
-        return TrialOutcome("unavailable", missing)
-    wanted = {"model": (config.model, info.models), "variant": (config.variant, info.variants),
-              "precision": (config.precision, info.precisions), "device": (config.device, info.devices)}
-    for what, (value, supported) in wanted.items():
-        if value not in (None, "auto") and value not in supported:
-            return TrialOutcome("unavailable", f"{info.name} does not support {what} {value} "
-                                               f"(supports {', '.join(supported)})")
-    if config.workers > 1 and not info.distributed:
-        return TrialOutcome("unavailable", f"{info.name} has no multi-worker engine")
-    return None
-
-
-def _dataset_precheck(ref: BackendRef, dataset: dict[str, Any] | None) -> TrialOutcome | None:
-    """Train mode: the backend must train from a format this dataset was converted into."""
-    if dataset is None:
-        return None
-    fmt = ref.backend.describe().data_format
-    if fmt is None:
-        return TrialOutcome("unavailable", f"{ref.id} has no train mode")
-    if fmt not in dataset["formats"]:
-        return TrialOutcome("unavailable", f"the dataset at {dataset['root']} has no {fmt} files "
-                                           f"(formats: {', '.join(dataset['formats'])}); convert it again "
-                                           f"with `accelbench data` where {ref.backend.describe().framework} is installed")
-    return None
 
 
 def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
@@ -317,7 +231,7 @@ class _ScheduledRun:
 
     def __init__(self, plans: list[Plan], schedule: Schedule):
         self.schedule, self.plans = schedule, plans
-        env = environment.collect()
+        env = environment.collect(m for p in plans for m in p.ref.backend.describe().requires)
         self.contexts = [RunContext(p.ref, p.config, env) for p in plans]
         self.finished = [False] * len(plans)
         for index, (ctx, item) in enumerate(zip(self.contexts, plans)):
@@ -416,9 +330,9 @@ def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None
     """One trial of a multi-worker plan; keeps the workers' block of the latest trial on ``ctx``."""
     from . import launch, multiworker
 
-    engine, cfg = ctx.ref.backend.describe().distributed, ctx.config
+    engine, cfg = ctx.ref.backend.engine, ctx.config
     outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers), progress)
-    ctx.distributed = _distributed_block(engine, cfg, outcomes, 0, None)
+    ctx.distributed = _distributed_block(engine.name, cfg, outcomes, 0, None)
     return multiworker.merge(outcomes)
 
 
@@ -486,7 +400,8 @@ class BackendSession:
                                warmup_calls=warmup_calls, warmup_rule=f"fixed: {warmup_calls * per_call} steps",
                                timed_rule=f"counted: {timed_calls * per_call} steps"))
         prepared = {**self.prepared, "settings": {**self.prepared["settings"], "timed_by": timed_by}}
-        ctx = RunContext(self.ref, config, environment.collect(), [TrialOutcome("ok", "", timing, prepared)])
+        ctx = RunContext(self.ref, config, environment.collect(self.ref.backend.describe().requires),
+                         [TrialOutcome("ok", "", timing, prepared)])
         return build(ctx)
 
     def close(self) -> None:
@@ -500,8 +415,8 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict
     from . import multiworker
 
     outcomes = multiworker.run_trial(ref, config, launch_plan)
-    ctx = RunContext(ref, config, environment.collect(), [multiworker.merge(outcomes)])
-    ctx.distributed = _distributed_block(ref.backend.describe().distributed, config, outcomes, rank, None)
+    ctx = RunContext(ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)])
+    ctx.distributed = _distributed_block(ref.backend.engine.name, config, outcomes, rank, None)
     return build(ctx)
 
 

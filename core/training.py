@@ -10,24 +10,19 @@ accuracy is the framework's, not the recipe's. Key names follow MLPerf Training'
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
 from typing import Any, Callable
 
 from .errors import UsageError
 from .timing import Timing, TimingPlan, run_timed
 
-#: defaults per dataset preset (the manifest says which); every field can be overridden
-PRESETS: dict[str, dict[str, Any]] = {
-    # the 2018 study's ImageNet recipe (and MLPerf's ResNet-50 target top-1)
-    "imagenet": {"model": "resnet50", "image_size": 224, "global_batch": 256, "max_epochs": 90,
-                 "target_top1": 0.759, "augmentation": "imagenet", "base_learning_rate": 0.1,
-                 "warmup_epochs": 5.0, "decay_epochs": [30, 60, 80]},
-    # small images (the embedded digits): a small ResNet, no crop or flip (a flipped digit is another)
-    "small": {"model": "resnet_small", "image_size": None, "global_batch": 64, "max_epochs": 20,
-              "target_top1": 0.95, "augmentation": "none", "base_learning_rate": 0.4,
-              "warmup_epochs": 1.0, "decay_epochs": [12, 16]},
-}
+def presets() -> dict[str, dict[str, Any]]:
+    """Defaults per dataset preset (the manifest says which), every field overridable. Recipes
+    are data (``data/train_presets.json``), including the model each was written for."""
+    return json.loads(resources.files("accelbench").joinpath("data/train_presets.json").read_text())
 
 
 #: the central crop kept for ImageNet evaluation (224 of 256), in every framework
@@ -201,7 +196,7 @@ def run_config_data(dataset: dict[str, Any], run: dict[str, Any], spec: dict[str
 
     ``run`` holds RunConfig fields, ``spec`` TrainSpec fields; None means "not given".
     """
-    preset = PRESETS[dataset["preset"]]
+    preset = presets()[dataset["preset"]]
     spec_fields = {f.name for f in fields(TrainSpec)}
     train = {k: v for k, v in preset.items() if k in spec_fields}
     train.update({k: v for k, v in spec.items() if v is not None})

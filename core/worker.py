@@ -22,22 +22,17 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from . import datasets, training
-from .backend import Backend
+from .backend import Backend, Prepared
 from .config import RunConfig
 from .timing import TimingPlan, run_timed
-
-FRAMEWORK_MODULES = ("tensorflow", "mxnet", "torch", "jax")
-#: exception type names that mean the device or host ran out of memory
-OOM_ERRORS = ("MemoryError", "ResourceExhaustedError", "OutOfMemoryError")
 
 
 def apply_process_settings(config: RunConfig) -> None:
     """Settings that must be in place before any framework is imported in this process."""
     threads = str(config.effective_threads)
-    # OpenMP/MKL read these once, at library load: MXNet uses half the cores without them.
+    # OpenMP/MKL read these once, at library load: some frameworks use half the cores without them.
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[variable] = threads
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     random.seed(config.seed)
     if config.memory_limit_mb:
         limit = config.memory_limit_mb * 1024 * 1024
@@ -60,15 +55,17 @@ def die_with_parent() -> None:
 def main(fd: int) -> None:
     """Entry point of the worker process: ``python -m accelbench.worker FD``.
 
-    The host sends its ``sys.path`` first (plain strings), then the pickled backend and config.
+    The host sends its ``sys.path`` first (plain strings), then the pickled backend and config,
+    then the modules of every registered framework (to report which of them this worker loaded).
     """
     die_with_parent()
     conn = Connection(fd)
     host_path = conn.recv()
     sys.path[:] = host_path + [p for p in sys.path if p not in host_path]
     backend, config = conn.recv()
+    frameworks = conn.recv()
     apply_process_settings(config)
-    session = _Session(conn, backend, config)
+    session = _Session(conn, backend, config, frameworks)
     while True:
         try:
             command, *args = conn.recv()
@@ -79,12 +76,12 @@ def main(fd: int) -> None:
         try:
             conn.send(("ok", session.handle(command, args)))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the host
-            conn.send(("error", _error_kind(exc), _describe(exc)))
+            conn.send(("error", "oom" if _out_of_memory(backend, exc) else "error", _describe(exc)))
 
 
 class _Session:
-    def __init__(self, conn: Connection, backend: Backend, config: RunConfig):
-        self.conn, self.backend, self.config = conn, backend, config
+    def __init__(self, conn: Connection, backend: Backend, config: RunConfig, frameworks: tuple[str, ...]):
+        self.conn, self.backend, self.config, self.frameworks = conn, backend, config, frameworks
         self.steps_per_call = 1
 
     def handle(self, command: str, args: list[Any]) -> Any:
@@ -93,9 +90,10 @@ class _Session:
         if command in ("prepare", "prepare_training"):
             prepared = (self.backend.prepare(self.config) if command == "prepare"
                         else self.backend.prepare_training(self.config, self._dataset))
+            _check_prepared(prepared, command)
             self.steps_per_call = prepared.steps_per_call
             # evidence that each framework lives only in its own worker
-            prepared.settings["frameworks_loaded"] = sorted(m for m in FRAMEWORK_MODULES if m in sys.modules)
+            prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
             return asdict(prepared)
         if command == "train":
             spec = training.TrainSpec.from_dict(self.config.train)
@@ -126,8 +124,23 @@ class _Session:
         self.conn.send(("progress", phase, done, total))
 
 
-def _error_kind(exc: BaseException) -> str:
-    return "oom" if type(exc).__name__ in OOM_ERRORS else "error"
+class ContractError(TypeError):
+    """A backend returned something the protocol does not allow."""
+
+
+def _check_prepared(prepared: Any, command: str) -> None:
+    if not isinstance(prepared, Prepared):
+        raise ContractError(f"{command}() must return accelbench.Prepared, not {type(prepared).__name__}")
+    problems = prepared.problems()
+    if problems:
+        raise ContractError(f"{command}() broke the contract: {'; '.join(problems)}")
+
+
+def _out_of_memory(backend: Backend, exc: BaseException) -> bool:
+    try:
+        return bool(backend.is_out_of_memory(exc))
+    except Exception:  # noqa: BLE001 - a broken classifier must not hide the original error
+        return False
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,12 +11,17 @@ element-wise ops (6.1 vs 5.3 img/s fp32 there). See README, "TensorFlow formulat
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.backend import RunBackend, training_flops
+from accelbench.errors import UsageError
+from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
+
+from .model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 KERAS_PACKAGE = "tf_keras"
 
@@ -34,16 +39,42 @@ class Recipe:
     jit_compile: bool = False
 
 
+class TfConfigEngine(Engine):
+    """TensorFlow's MultiWorkerMirroredStrategy (collective all-reduce), configured by ``TF_CONFIG``
+    with every worker's address and this task's index. No service processes."""
+
+    name = "tf_config"
+    description = "TF_CONFIG for MultiWorkerMirroredStrategy's collective all-reduce"
+
+    def local(self, cluster: LocalCluster) -> LaunchPlan:
+        addresses = [f"{cluster.host}:{cluster.free_port()}" for _ in range(cluster.workers)]
+        return LaunchPlan(self.name, cluster.workers,
+                          [tf_config_env(addresses, rank) for rank in range(cluster.workers)])
+
+    def rank(self, cluster: ClusterRank) -> LaunchPlan:
+        if len(cluster.peers) != cluster.workers:
+            raise UsageError(f"--peers must list all {cluster.workers} workers' HOST:PORT in rank order for TensorFlow")
+        return LaunchPlan(self.name, cluster.workers, [tf_config_env(list(cluster.peers), cluster.rank)])
+
+
+def tf_config_env(addresses: list[str], rank: int) -> dict[str, str]:
+    return {"TF_CONFIG": json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": rank}})}
+
+
 class TfBackend(RunBackend):
     """What both TensorFlow plugins share; a subclass gives its recipe and protocol name."""
 
     protocol = ""
+    engine = TfConfigEngine()
 
     def recipe(self, config: RunConfig) -> Recipe:
         raise NotImplementedError
 
     def check(self, config: RunConfig) -> str | None:
         return device_problem(import_tensorflow(config), config)
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return type(error).__name__ == "ResourceExhaustedError" or super().is_out_of_memory(error)
 
     def prepare(self, config: RunConfig) -> Prepared:
         self.run = TrainingRun(config, self.recipe(config))
@@ -128,11 +159,8 @@ def build_model(keras, config: RunConfig, channels: int = 3):
     return resnet50(keras, config.variant, shape, config.num_classes)
 
 
-#: the small ResNet for small images: Gluon model zoo's ResNetV1(BasicBlockV1, SMALL_LAYERS,
-#: SMALL_CHANNELS, thumbnail=True), built here with the same layers (the mxnet_ngc plugin uses
-#: Gluon's own class), so both frameworks train one architecture
-SMALL_LAYERS = (2, 2, 2)
-SMALL_CHANNELS = (16, 16, 32, 64)
+# resnet_small: the layers of ``model_specs`` (the mxnet_ngc plugin builds them with Gluon's own
+# class), so both frameworks train one architecture
 
 
 def resnet_small(keras, input_shape: tuple[int, int, int], num_classes: int):

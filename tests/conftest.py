@@ -20,6 +20,18 @@ def testplugins_path(tmp_path_factory) -> Path:
     return target
 
 
+@pytest.fixture(scope="session")
+def openworld_path(tmp_path_factory) -> Path:
+    """``openworld/``: a framework, model, variants, precision and engine core has never heard of,
+    plus plugins that break the contract; pip-installed into a folder of its own for this session
+    (kept off the other tests' path, so their runs of every backend stay as they were)."""
+    target = tmp_path_factory.mktemp("openworld")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    "--no-build-isolation", "--target", str(target), str(HERE / "openworld")],
+                   check=True, cwd=tmp_path_factory.mktemp("build"))
+    return target
+
+
 @pytest.fixture
 def accelbench_cli(testplugins_path, tmp_path):
     """Run the installed ``accelbench`` command with the test plugins on the path."""

@@ -12,9 +12,9 @@ from accelbench.errors import UsageError
 from accelbench.stats import step_time_summary, throughput_ci
 from accelbench.timing import TimingPlan, run_timed
 
-PER_DEVICE = BackendInfo(name="b", framework="f", requires=(), batch_semantics="per_device",
+PER_DEVICE = BackendInfo(name="b", framework="f", requires=(), models=("m",), batch_semantics="per_device",
                          default_batch={"cpu": 8, "gpu": 256})
-GLOBAL = BackendInfo(name="b", framework="f", requires=(), batch_semantics="global",
+GLOBAL = BackendInfo(name="b", framework="f", requires=(), models=("m",), batch_semantics="global",
                      default_batch={"cpu": 8, "gpu": 768})
 
 

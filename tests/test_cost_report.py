@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accelbench import cost
+from accelbench import cost, validation
 from accelbench.errors import UsageError
 from conftest import load_records
 
@@ -81,7 +81,7 @@ def test_sweep_run_then_report(accelbench_cli, tmp_path):
     assert [r["batch"]["global"] for r in records] == [8, 16, 32]
     for r in records:
         assert r["cost"]["images_per_dollar"] == pytest.approx(r["throughput"]["images_per_sec"] * 3600 / 0.50)
-        assert r["schema_version"] == "1.3.0"
+        assert r["schema_version"] == validation.RESULT_SCHEMA_VERSION
 
     out = tmp_path / "report"
     made = accelbench_cli("report", str(results), "--out", str(out), "--price-per-hour", "0.50")

@@ -102,7 +102,15 @@ def test_every_failure_becomes_a_record_and_other_runs_go_on(accelbench_cli, tmp
     (["--backend", "sleepy:nope"], "unknown backend 'sleepy:nope'"),
     (["--plugin", "sleepy", "--global-batch", "0"], "$.global_batch: 0 is less than the minimum of 1"),
     (["--plugin", "sleepy", "--global-batch", "9", "--device-count", "2"], "global batch 9 does not divide by 2 devices"),
-    (["--plugin", "sleepy", "--precision", "fp8"], "'fp8' is not one of"),
+    (["--plugin", "sleepy", "--precision", "fp8"],
+     "precision 'fp8': no selected backend offers it (precisions offered: sleepy:fixed-time: fp32, bf16)"),
+    (["--plugin", "sleepy", "--model", "mlp"],
+     "model 'mlp': no selected backend offers it (models offered: sleepy:fixed-time: resnet50)"),
+    (["--plugin", "sleepy", "--variant", "v2"],
+     "variant 'v2': no selected backend offers it (variants offered: sleepy:fixed-time: v1, v1.5)"),
+    (["--plugin", "sleepy", "--device", "tpu"],
+     "device 'tpu': no selected backend offers it (devices offered: sleepy:fixed-time: cpu)"),
+    (["--plugin", "sleepy", "--model", "bad name"], "$.model"),
     (["--plugin", "sleepy", "--batch-sizes", "8,x"], "--batch-sizes must be comma-separated integers"),
     (["--plugin", "sleepy", "--option", "novalue"], "--option must be KEY=VALUE"),
 ])
@@ -116,7 +124,8 @@ def test_bad_input_is_one_line_exit_2_nothing_written(accelbench_cli, tmp_path, 
 
 @pytest.mark.parametrize("content, message", [
     ("{not json", "c.json: not JSON (Expecting property name"),
-    ('{"precision": "fp64"}', "$.precision: 'fp64' is not one of"),
+    ('{"precision": "fp64"}', "precision 'fp64': no selected backend offers it"),
+    ('{"precision": "fp 64"}', "$.precision: 'fp 64' is not valid under any of the given schemas"),
     ('{"warmup_steps": 1, "colour": "red"}', "Additional properties are not allowed ('colour'"),
 ])
 def test_bad_config_file_is_refused(accelbench_cli, tmp_path, content, message):

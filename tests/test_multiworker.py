@@ -20,12 +20,16 @@ TINY = dict(image_size=32, num_classes=10, warmup_steps=2, timed_steps=6, timeou
 
 
 def test_local_plans_use_loopback_and_free_ports():
-    tf = launch.plan_local("tf_config", 2)
+    # the engines are the plugins' (core names none); neither module imports its framework
+    from accelbench.plugins.mxnet_ngc.engine import DmlcPsEngine
+    from accelbench.plugins.tf_common import TfConfigEngine
+
+    tf = launch.plan_local(TfConfigEngine(), 2)
     configs = [json.loads(env["TF_CONFIG"]) for env in tf.worker_envs]
     assert [c["task"]["index"] for c in configs] == [0, 1]
     addresses = configs[0]["cluster"]["worker"]
     assert len(set(addresses)) == 2 and all(a.startswith("127.0.0.1:") for a in addresses)
-    mx = launch.plan_local("dmlc_ps", 2, servers=1)
+    mx = launch.plan_local(DmlcPsEngine(), 2)
     assert [role for role, _ in mx.services] == ["scheduler", "server"]
     for env in mx.worker_envs + [env for _, env in mx.services]:
         assert env["DMLC_PS_ROOT_URI"] == env["DMLC_NODE_HOST"] == "127.0.0.1" and env["DMLC_INTERFACE"] == "lo"
@@ -73,7 +77,7 @@ def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin):
             started[0][1].process.kill()
 
     begin = time.monotonic()
-    outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.describe().distributed, 2),
+    outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2),
                                      on_progress=kill_rank_1, on_started=started.append)
     assert time.monotonic() - begin < item.config.timeout_s
     assert all(o.status == "failed" for o in outcomes)

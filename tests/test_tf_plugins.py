@@ -25,7 +25,7 @@ def test_tf_benchmarks_trains_and_records_fp32():
     assert record["settings"]["variable_dtype"] == "float32"
     assert record["settings"]["compute_dtype"] == "float32"
     assert record["settings"]["conv_biases"] is False  # tf_cnn's ResNet-50: none before a batch norm
-    assert record["settings"]["frameworks_loaded"] == ["tensorflow"]
+    assert record["settings"]["frameworks_loaded"] == ["tensorflow", "tf_keras"]
     assert record["framework"]["name"] == "tensorflow" and record["framework"]["version"].startswith("2.")
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
 

@@ -11,18 +11,21 @@ from __future__ import annotations
 import accelbench
 from accelbench import BackendInfo, Prepared, RunConfig
 from accelbench.backend import RunBackend
+from accelbench.plugins.model_specs import RESNET50_VARIANTS
+
+from .engine import DmlcPsEngine
 
 VERSION = "1.0.0"
 
 
 class NgcResNet50(RunBackend):
     info = BackendInfo(
-        name="resnet50", framework="mxnet", requires=("mxnet",), variants=("v1", "v1.5"),
-        precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"), default_variant="v1",
-        default_precision="fp32", batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
+        name="resnet50", framework="mxnet", requires=("mxnet",), models=("resnet50", "resnet_small"),
+        variants={"resnet50": RESNET50_VARIANTS}, precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
+        batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
         version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
-        options={"kvstore": "kvstore across contexts: device (default) or local"},
-        distributed="dmlc_ps", data_format="recordio", models=("resnet50", "resnet_small"))
+        options={"kvstore": "kvstore across contexts: device (default) or local"}, data_format="recordio")
+    engine = DmlcPsEngine()
 
     def check(self, config: RunConfig) -> str | None:
         from . import training

@@ -76,8 +76,8 @@ def device_problem(config: RunConfig) -> str | None:
 
 def build_network(vision, config: RunConfig):
     if config.model == "resnet_small":
-        # the same architecture the TF plugins build (tf_common.resnet_small): Gluon's own class
-        from accelbench.plugins.tf_common import SMALL_CHANNELS, SMALL_LAYERS
+        # Gluon's own class, with the layers every plugin's resnet_small has
+        from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
         return vision.ResNetV1(vision.BasicBlockV1, list(SMALL_LAYERS), list(SMALL_CHANNELS),
                                classes=config.num_classes, thumbnail=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import accelbench
 from accelbench import BackendInfo, RunConfig
 
+from ..model_specs import RESNET50_VARIANTS
 from ..tf_common import Recipe, TfBackend
 
 VERSION = "1.0.0"
@@ -20,13 +21,13 @@ WEIGHT_DECAY = 4e-5
 class TfCnnResNet50(TfBackend):
     info = BackendInfo(
         name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
-        variants=("v1", "v1.5"), precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
-        default_variant="v1", default_precision="fp32", batch_semantics="per_device",
+        models=("resnet50", "resnet_small"), variants={"resnet50": RESNET50_VARIANTS},
+        precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"), batch_semantics="per_device",
         # the study's 4xV100 TensorFlow run used batch 1024 = 256 per GPU
         default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
         options={"jit_compile": "compile the step with XLA (default false: slower on CPU)"},
-        distributed="tf_config", data_format="tfrecord", models=("resnet50", "resnet_small"))
+        data_format="tfrecord")
     protocol = "tf_cnn_benchmarks"
 
     def recipe(self, config: RunConfig) -> Recipe:

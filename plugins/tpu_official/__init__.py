@@ -24,13 +24,13 @@ DEFAULT_STEPS_PER_LOOP = {"tpu": 10, "gpu": 10, "cpu": 1}
 class OfficialTpuResNet50(TfBackend):
     info = BackendInfo(
         name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
-        variants=("v1.5",), precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"),
-        default_variant="v1.5", default_precision="bf16", batch_semantics="global",
+        models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
+        precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
         default_batch={"cpu": 8, "gpu": 1024, "tpu": 1024}, version=VERSION,
         description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
         options={"steps_per_loop": "training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)",
                  "tpu": "TPU name or address for TPUClusterResolver (default local)"},
-        distributed="tf_config", data_format="tfrecord", models=("resnet50", "resnet_small"))
+        data_format="tfrecord")
     protocol = "official TPU ResNet-50 (iterations_per_loop)"
 
     def check(self, config: RunConfig) -> str | None:

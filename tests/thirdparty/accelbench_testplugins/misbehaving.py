@@ -6,10 +6,13 @@ import time
 
 import accelbench
 
+#: a model of its own: no core list is consulted
+MODELS = ("toy",)
+
 
 class Misbehaving(accelbench.Backend):
     def __init__(self, name: str, when: str = "step"):
-        self.info = accelbench.BackendInfo(name=name, framework="none", requires=(), version="0.1",
+        self.info = accelbench.BackendInfo(name=name, framework="none", requires=(), models=MODELS, version="0.1",
                                            description=f"fails by {name} during {when}")
         self.when = when
 
@@ -39,7 +42,7 @@ class Misbehaving(accelbench.Backend):
 class AsyncStep(accelbench.Backend):
     """Returns before its work is done: the work lands on every fifth call (an async framework)."""
 
-    info = accelbench.BackendInfo(name="async-step", framework="none", requires=())
+    info = accelbench.BackendInfo(name="async-step", framework="none", requires=(), models=MODELS)
 
     def prepare(self, config):
         self.calls = 0
@@ -52,7 +55,8 @@ class AsyncStep(accelbench.Backend):
 
 
 class Unavailable(accelbench.Backend):
-    info = accelbench.BackendInfo(name="needs-gpu", framework="none", requires=(), devices=("cpu", "gpu"))
+    info = accelbench.BackendInfo(name="needs-gpu", framework="none", requires=(), models=MODELS,
+                                  devices=("cpu", "gpu"))
 
     def check(self, config):
         return "no GPU here (test plugin always refuses)"
@@ -60,7 +64,7 @@ class Unavailable(accelbench.Backend):
 
 class MissingFramework(accelbench.Backend):
     info = accelbench.BackendInfo(name="needs-framework", framework="nonexistent",
-                                  requires=("accelbench_nonexistent_framework",))
+                                  requires=("accelbench_nonexistent_framework",), models=MODELS)
 
 
 @accelbench.hookimpl

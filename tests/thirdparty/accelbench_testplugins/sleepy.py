@@ -26,7 +26,8 @@ class Sleepy(accelbench.Backend):
     #: an option that multiplies this backend's step time on top of ``scale`` (None: none)
     own_scale = None
     info = accelbench.BackendInfo(
-        name="fixed-time", framework="none", requires=(), variants=("v1", "v1.5"),
+        name="fixed-time", framework="none", requires=(), models=("resnet50",),
+        variants={"resnet50": ("v1", "v1.5")},
         precisions=("fp32", "bf16"), devices=("cpu",), version="1.2.3",
         description="busy-waits a known time per step",
         options={"step_ms": "step time in ms", "noise": "relative stdev of the step time",

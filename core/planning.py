@@ -1,0 +1,148 @@
+"""Planning: the request checked against every selected backend's own vocabulary, resolved into
+one plan per (backend, sweep point) -- all before any worker starts.
+
+Core knows no model, variant, precision, device kind or engine by name: what a run may ask for is
+what the selected backends declare (``BackendInfo``). A value no selected backend offers is a
+usage error (exit 2) naming what each offers; a value some offer gives the others an
+``unavailable`` record, so a run over every framework still covers those that can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import config as configuration
+from . import datasets, environment, training
+from .backend import BackendInfo
+from .config import RunConfig
+from .errors import UsageError
+from .records import TrialOutcome
+from .registry import BackendRef
+
+
+@dataclass
+class Plan:
+    ref: BackendRef
+    config: RunConfig  # resolved (as far as a refused run allows)
+    #: the host's refusal (framework missing, unsupported request), when there is one
+    precheck: TrialOutcome | None = None
+
+
+def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
+    """Resolve every (backend, sweep point) up front, so bad input fails before anything runs."""
+    _refuse_unknown_options(refs, config)
+    _refuse_unoffered(refs, config)
+    counts = environment.device_counts()
+    dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
+    plans = []
+    for ref in refs:
+        for point in configuration.expand_sweep(config):
+            refusal = _host_precheck(ref, point) or _dataset_precheck(ref, dataset)
+            if refusal:
+                plans.append(Plan(ref, _resolve_for_record(ref, point, counts), refusal))
+                continue
+            resolved = _resolve(ref, point, counts)
+            if dataset and training.steps_per_epoch(dataset, resolved.global_batch) < 1:
+                raise UsageError(f"global batch {resolved.global_batch} is larger than the training split "
+                                 f"({dataset['splits']['train']['count']} images)")
+            if resolved.workers > 1 and resolved.scaling_baseline:
+                plans.append(Plan(ref, configuration.single_worker_baseline(resolved)))
+            plans.append(Plan(ref, resolved))
+    return plans
+
+
+def offers(info: BackendInfo, model: str | None) -> dict[str, tuple[str, ...]]:
+    """What a backend offers a run of ``model`` (its first model when None), by config field."""
+    model = model or info.models[0]
+    return {"model": info.models, "variant": info.variants.get(model, ()),
+            "precision": info.precisions, "device": info.devices}
+
+
+def _unoffered(info: BackendInfo, config: RunConfig) -> tuple[str, str] | None:
+    """The first (field, value) of the request this backend does not offer, or None."""
+    offered = offers(info, config.model)
+    requested = {"model": config.model, "variant": config.variant, "precision": config.precision,
+                 "device": None if config.device == "auto" else config.device}
+    for what, value in requested.items():
+        if value is not None and value not in offered[what]:
+            return what, value
+    return None
+
+
+def _refuse_unoffered(refs: list[BackendRef], config: RunConfig) -> None:
+    """A value none of the selected backends offers is the user's mistake: one line, exit 2."""
+    if not refs:
+        return
+    misses = [(ref, _unoffered(ref.backend.describe(), config)) for ref in refs]
+    if all(miss for _, miss in misses):
+        ref, (what, value) = misses[0]
+        offered = "; ".join(f"{r.id}: {', '.join(offers(r.backend.describe(), config.model)[what]) or 'none'}"
+                            for r, _ in misses)
+        raise UsageError(f"{what} {value!r}: no selected backend offers it ({what}s offered: {offered})")
+
+
+def _refuse_unknown_options(refs: list[BackendRef], config: RunConfig) -> None:
+    known = {key for ref in refs for key in ref.backend.describe().options}
+    unknown = sorted(set(config.options) - known)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r} for the selected backends "
+                         f"(known: {', '.join(sorted(known)) or 'none'})")
+
+
+def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:
+    info = ref.backend.describe()
+    device = pick_device(info.devices, config.device, counts)
+    count = config.device_count or max(1, counts.get(device, 0))
+    return configuration.resolve(config, info, device, count)
+
+
+def _resolve_for_record(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:
+    """A resolved config for a refused run's record: the batch cannot be wrong here."""
+    try:
+        return _resolve(ref, config, counts)
+    except Exception:  # noqa: BLE001 - the refusal reason is what the record reports
+        info = ref.backend.describe()
+        device = config.device if config.device != "auto" else "cpu"
+        return configuration.resolve(config.replace(global_batch=None, per_device_batch=None),
+                                     info, device, 1)
+
+
+def pick_device(supported: tuple[str, ...], requested: str, counts: dict[str, int]) -> str:
+    """The requested device kind; for 'auto' the first kind the backend lists that this machine
+    has besides its CPU (an accelerator), else the CPU."""
+    if requested != "auto":
+        return requested
+    present = [kind for kind in supported if kind != "cpu" and counts.get(kind, 0) > 0]
+    return present[0] if present else "cpu"
+
+
+def _host_precheck(ref: BackendRef, config: RunConfig) -> TrialOutcome | None:
+    """Refusals the host can decide without a worker: missing framework, unsupported request."""
+    info = ref.backend.describe()
+    missing = ref.unavailable_reason()
+    if missing:
+        return TrialOutcome("unavailable", missing)
+    miss = _unoffered(info, config)
+    if miss:
+        what, value = miss
+        offered = offers(info, config.model)[what]
+        return TrialOutcome("unavailable", f"{info.name} does not offer {what} {value} "
+                                           f"(offers: {', '.join(offered) or 'none'})")
+    if config.workers > 1 and ref.backend.engine is None:
+        return TrialOutcome("unavailable", f"{info.name} has no multi-worker engine")
+    return None
+
+
+def _dataset_precheck(ref: BackendRef, dataset: dict[str, Any] | None) -> TrialOutcome | None:
+    """Train mode: the backend must train from a format this dataset was converted into."""
+    if dataset is None:
+        return None
+    fmt = ref.backend.describe().data_format
+    if fmt is None:
+        return TrialOutcome("unavailable", f"{ref.id} has no train mode")
+    if fmt not in dataset["formats"]:
+        return TrialOutcome("unavailable", f"the dataset at {dataset['root']} has no {fmt} files "
+                                           f"(formats: {', '.join(dataset['formats'])}); convert it again "
+                                           f"with `accelbench data` where {ref.backend.describe().framework} is installed")
+    return None

@@ -1,0 +1,136 @@
+"""An open plugin world: a framework, model, variants, precision and engine core has never heard
+of (``tests/openworld``, a numpy MLP with its own all-reduce), and plugins that break the contract.
+
+Everything goes through the installed command, as a user of a third-party plugin would run it.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from conftest import load_records
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--image-size", "16", "--num-classes", "10", "--warmup-steps", "2", "--timed-steps", "30"]
+
+
+@pytest.fixture
+def toy_cli(openworld_path, tmp_path):
+    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(openworld_path))
+        env.pop("ACCELBENCH_PLUGINS", None)
+        return subprocess.run([sys.executable, "-m", "accelbench", *args], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=timeout)
+
+    return run
+
+
+def test_a_model_variant_and_precision_of_its_own(toy_cli, tmp_path):
+    out = tmp_path / "r.json"
+    done = toy_cli("run", "--plugin", "toy", "--model", "mlp", "--variant", "wide", "--precision", "fp64",
+                   *TINY, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    [record] = load_records(out)
+    assert record["status"] == "ok", record["reason"]
+    assert record["model"] == {"name": "mlp", "variant": "wide"} and record["precision"] == "fp64"
+    assert record["settings"]["dtype"] == "float64" and record["settings"]["layers"] == 2
+    # provenance without the plugin saying: the version of the distribution of its first module
+    assert record["framework"] == {"name": "numpy", "version": metadata.version("numpy")}
+    assert record["environment"]["packages"]["accelbench-toy"] == "0.3.0"
+    assert record["throughput"]["images_per_sec"] == pytest.approx(32 * 30 / record["throughput"]["wall_time_s"])
+    losses = record["trials"][0]["losses"]
+    assert sum(losses[-5:]) < 0.7 * sum(losses[:5])  # SGD on a fixed batch: the loss falls
+    assert toy_cli("validate", str(out)).returncode == 0
+
+
+def test_defaults_come_from_the_backend_and_a_model_without_variants_has_none(toy_cli, tmp_path):
+    first, linear = tmp_path / "first.json", tmp_path / "linear.json"
+    assert toy_cli("run", "--plugin", "toy", *TINY, "-o", str(first)).returncode == 0
+    [record] = load_records(first)
+    assert (record["model"], record["precision"]) == ({"name": "mlp", "variant": "narrow"}, "fp64")
+    assert record["batch"] == {"global": 32, "per_device": 32, "source": "backend default", "semantics": "per_device"}
+    assert toy_cli("run", "--plugin", "toy", "--model", "linear", "--precision", "fp32", *TINY,
+                   "-o", str(linear)).returncode == 0
+    [record] = load_records(linear)
+    assert record["model"] == {"name": "linear", "variant": None} and record["settings"]["dtype"] == "float32"
+    assert record["settings"]["layers"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "linear", "--variant", "wide"], "variant 'wide': no selected backend offers it (variants offered: toy:mlp-sgd: none)"),
+    (["--model", "resnet50"], "model 'resnet50': no selected backend offers it (models offered: toy:mlp-sgd: mlp, linear)"),
+    (["--precision", "bf16"], "precision 'bf16': no selected backend offers it (precisions offered: toy:mlp-sgd: fp64, fp32)"),
+])
+def test_a_request_the_backend_does_not_offer_is_one_line_listing_what_it_does(toy_cli, tmp_path, args, message):
+    done = toy_cli("run", "--plugin", "toy", *args, "-o", str(tmp_path / "r.json"))
+    assert done.returncode == 2 and done.stderr == f"error: {message}\n"
+    assert not list(tmp_path.iterdir())
+
+
+def test_two_workers_on_the_plugins_own_engine(toy_cli, tmp_path):
+    out = tmp_path / "r.json"
+    done = toy_cli("run", "--plugin", "toy", "--workers", "2", "--per-device-batch", "16", "--threads", "1",
+                   "--schedule", "sequential", *TINY, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    baseline, merged = load_records(out)
+    assert baseline["status"] == merged["status"] == "ok", merged["reason"]
+    dist = merged["distributed"]
+    assert dist["engine"] == "toy_allreduce" and dist["workers"] == 2
+    # gradients averaged every step from the same initial weights: both workers end identical
+    checksums = {w["final"]["weights_checksum"] for w in dist["per_worker"]}
+    assert len(checksums) == 1
+    assert merged["throughput"]["images"] == 2 * 16 * 30
+    assert dist["baseline_images_per_sec"] == baseline["throughput"]["images_per_sec"]
+    assert dist["scaling_efficiency"] == pytest.approx(
+        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+
+
+def test_broken_plugins_are_listed_with_their_errors_and_never_stop_the_others(toy_cli):
+    done = toy_cli("plugins")
+    assert done.returncode == 0, done.stderr
+    listing = {p["name"]: p for p in json.loads(done.stdout)}
+    assert listing["exploding"]["error"] == "register_backends raised RuntimeError: registrar exploded"
+    broken = listing["broken"]["error"]
+    assert "backend 'wrong-types': models must be a tuple of names, not str" in broken
+    assert "variants name model 'cnn', which is not in models" in broken
+    assert "registered str, which is not an accelbench.Backend" in broken
+    assert {b["name"] for b in listing["broken"]["backends"]} == {"bad-prepared", "bad-record", "unpicklable"}
+    assert listing["toy"]["error"] == "" and listing["toy"]["backends"][0]["engine"] == "toy_allreduce"
+
+
+def test_a_contract_breach_in_a_run_is_a_failed_record_and_the_next_backend_runs(toy_cli, tmp_path):
+    out = tmp_path / "r.json"
+    done = toy_cli("run", "--backend", "broken:bad-prepared", "--backend", "broken:bad-record",
+                   "--backend", "broken:unpicklable", "--backend", "toy:mlp-sgd", "--schedule", "sequential",
+                   *TINY, "-o", str(out))
+    assert done.returncode == 1, done.stderr  # failed runs: exit 1, with every record written
+    assert "Traceback" not in done.stderr
+    typed, bad, unpicklable, good = load_records(out)
+    assert typed["status"] == "failed" and typed["throughput"] is None
+    assert typed["reason"].startswith("ContractError: prepare() broke the contract: device_name must be a string")
+    assert bad["status"] == "failed" and bad["throughput"] is None and bad["flops"] is None
+    assert bad["reason"].startswith("the backend's results broke the result schema: $.flops: {'per_image': -5.0")
+    assert unpicklable["status"] == "failed"
+    assert "cannot be sent to its worker process: pickling it raised TypeError" in unpicklable["reason"]
+    assert good["status"] == "ok"
+    assert toy_cli("validate", str(out)).returncode == 0
+
+
+# what the built-in plugins bring, and what this test distribution brings: core knows neither
+BUILT_IN_NAMES = r"tensorflow|tf_keras|keras|mxnet|gluon|tf_config|TF_CONFIG|dmlc|DMLC|ps-lite|torch|jax"
+OPEN_WORLD_NAMES = r"accelbench_toy|toy_allreduce|\bmlp\b|\bfp64\b|TOY_"
+
+
+@pytest.mark.parametrize("pattern", [BUILT_IN_NAMES, OPEN_WORLD_NAMES])
+def test_core_and_schemas_name_no_framework_and_no_engine(pattern):
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for folder in ("core", "schemas") for path in sorted((ROOT / folder).rglob("*"))
+             if path.suffix in (".py", ".json") and "data" not in path.parts
+             for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(pattern, line, re.IGNORECASE)]
+    assert found == []
