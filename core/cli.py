@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -15,15 +16,45 @@ import click
 from .errors import UsageError
 from .inputs import FINITE
 
-# CLI flag → RunConfig field; only flags the user gave override the config file
-RUN_FLAGS = {
-    "model": "model", "variant": "variant", "global_batch": "global_batch", "per_device_batch": "per_device_batch",
-    "batch_sizes": "batch_sizes", "device": "device", "device_count": "device_count",
-    "precision": "precision", "image_size": "image_size", "num_classes": "num_classes", "warmup_steps": "warmup_steps",
-    "timed_steps": "timed_steps", "trials": "trials", "threads": "threads",
-    "inter_op_threads": "inter_op_threads", "seed": "seed", "timeout": "timeout_s", "warmup": "warmup",
-    "memory_limit_mb": "memory_limit_mb", "workers": "workers", "scaling_baseline": "scaling_baseline",
-}
+#: RunConfig fields ``run`` adds to the shared options (``worker`` has its own --workers)
+RUN_ONLY_FIELDS = ("workers", "scaling_baseline")
+
+
+def field_options(names: tuple[str, ...] | None = None, exclude: tuple[str, ...] = (),
+                  help: dict[str, str] | None = None):
+    """Click options made from the RunConfig fields' own declarations (``config.Flag``): the
+    option's name, type and help are written once, on the field. Each option's value arrives
+    under the field's name; None when the user did not give it (the config file's, or the
+    default, then stands)."""
+    from .config import RunConfig
+
+    decorators = []
+    for spec_field in dataclasses.fields(RunConfig):
+        spec = spec_field.metadata.get("flag")
+        if spec is None or spec_field.name in exclude or (names is not None and spec_field.name not in names):
+            continue
+        option = "--" + (spec.name or spec_field.name).replace("_", "-")
+        text = (help or {}).get(spec_field.name, spec.help)
+        if spec.kind == "bool":
+            decorators.append(click.option(f"{option}/--no-{option[2:]}", spec_field.name, default=None, help=text))
+            continue
+        kind = {"int": int, "finite": FINITE, "int_list": str,
+                "str": click.Choice(spec.choices) if spec.choices else str}[spec.kind]
+        decorators.append(click.option(option, spec_field.name, type=kind, help=text))
+
+    def apply(command):
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+def flagged_fields() -> list[str]:
+    """The RunConfig fields that have a command-line option."""
+    from .config import RunConfig
+
+    return [f.name for f in dataclasses.fields(RunConfig) if "flag" in f.metadata]
 
 
 def price_options(command):
@@ -40,35 +71,15 @@ def price_options(command):
 
 def config_options(command):
     """Run-config flags shared by run and worker (each overrides the config file)."""
+    command = field_options(exclude=RUN_ONLY_FIELDS)(command)
     for option in reversed([
         click.option("--plugin", "plugin_names", multiple=True, help="Run this plugin's backends (repeatable)."),
         click.option("--backend", "backend_names", multiple=True, help="Run this backend, by name or plugin:name."),
         click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON or TOML run config."),
-        click.option("--model", help="Model, as the backend names it (default: its first; `accelbench plugins` lists them)."),
-        click.option("--variant", help="Variant of the model, as the backend names it (default: its first)."),
-        click.option("--global-batch", type=int, help="Global batch (split over the devices)."),
-        click.option("--per-device-batch", type=int, help="Per-device batch (tf_cnn_benchmarks' --batch_size)."),
-        click.option("--batch-sizes", help="Sweep of global batch sizes, e.g. 8,16,32."),
-        click.option("--device", help="Device kind the backend lists (cpu, gpu, ...), or auto (default)."),
-        click.option("--device-count", type=int, help="Devices to use (default: all of the kind)."),
-        click.option("--precision", help="Numeric precision, as the backend names it (default: its first)."),
-        click.option("--image-size", type=int, help="Square image side (default 224)."),
-        click.option("--num-classes", type=int, help="Classes of the synthetic labels (default 1000)."),
-        click.option("--warmup-steps", type=int, help="Untimed steps first; with --warmup stable, the most (default 10)."),
-        click.option("--warmup", type=click.Choice(["fixed", "stable"]),
-                     help="Warm up --warmup-steps steps, or until the step time is stable (default: stable with "
-                          "a time box, fixed with counted steps)."),
-        click.option("--timed-steps", type=int, help="Count this many timed steps (the tf_cnn_benchmarks protocol)."),
         click.option("--time", "time_box", metavar="DURATION",
                      help="Time whole steps for this long per run, e.g. 45s, 2m (default 45s; counted for --workers > 1)."),
         click.option("--protocol", type=click.Choice(["tf_cnn"]),
                      help="tf_cnn: tf_cnn_benchmarks' counts, 10 fixed warm-up + 100 timed steps (flags still override)."),
-        click.option("--trials", type=int, help="Independent worker processes per run (default 1)."),
-        click.option("--threads", type=int, help="Compute threads (default: all cores)."),
-        click.option("--inter-op-threads", type=int, help="Inter-op threads where the framework has them."),
-        click.option("--seed", type=int, help="Random seed."),
-        click.option("--timeout", type=FINITE, help="Seconds before a run's worker is stopped."),
-        click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process."),
         click.option("--option", "options", multiple=True, help="Backend option KEY=VALUE (repeatable)."),
     ]):
         command = option(command)
@@ -103,9 +114,7 @@ def plugins() -> None:
 
 @cli.command()
 @config_options
-@click.option("--workers", type=int, help="Worker processes of a multi-worker run, all on this machine (loopback).")
-@click.option("--scaling-baseline/--no-scaling-baseline", default=None,
-              help="With --workers > 1, also run 1 worker for scaling efficiency (default on).")
+@field_options(RUN_ONLY_FIELDS)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @click.option("--schedule", "schedule_kind", type=click.Choice(["interleaved", "sequential"]), default="interleaved",
@@ -375,17 +384,11 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
 @click.option("--backend", "backend_names", multiple=True, help="Train this backend, by name or plugin:name.")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False),
               help="A dataset converted by `accelbench data` (default: the embedded digits).")
-@click.option("--model", help="Model, as the backend names it (default: the dataset preset's).")
-@click.option("--variant", help="Variant of the model, as the backend names it (default: its first).")
-@click.option("--global-batch", type=int, help="Global batch (default: the preset's, 64 digits / 256 ImageNet).")
-@click.option("--per-device-batch", type=int, help="Per-device batch.")
-@click.option("--device", help="Device kind the backend lists (cpu, gpu, ...), or auto (default).")
-@click.option("--device-count", type=int, help="Devices to use.")
-@click.option("--precision", help="Numeric precision, as the backend names it (default: its first).")
-@click.option("--image-size", type=int, help="Square training image side (default: the dataset's, or 224).")
-@click.option("--threads", type=int, help="Compute threads (default: all cores).")
-@click.option("--seed", type=int, help="Random seed (initialisation, shuffling, augmentation).")
-@click.option("--memory-limit-mb", type=int, help="Address-space limit for each worker process.")
+@field_options(TRAIN_RUN_FLAGS, help={
+    "model": "Model, as the backend names it (default: the dataset preset's).",
+    "global_batch": "Global batch (default: the preset's, 64 digits / 256 ImageNet).",
+    "image_size": "Square training image side (default: the dataset's, or 224).",
+    "seed": "Random seed (initialisation, shuffling, augmentation)."})
 @click.option("--timeout", type=FINITE, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
 @click.option("--target-top1", type=FINITE, help="Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).")
 @click.option("--max-epochs", type=int, help="Epoch budget (default 20 digits, 90 ImageNet).")
@@ -445,9 +448,9 @@ def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[s
     if flags.get("time_box") is not None:
         data["time_s"] = parse_duration(flags["time_box"], "--time")
         data.pop("timed_steps", None)
-    for flag, field_name in RUN_FLAGS.items():
-        if flags.get(flag) is not None:
-            data[field_name] = flags[flag]
+    for name in flagged_fields():
+        if flags.get(name) is not None:
+            data[name] = flags[name]
     if isinstance(data.get("batch_sizes"), str):
         data["batch_sizes"] = _int_list(data["batch_sizes"], "--batch-sizes")
     if options:

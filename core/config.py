@@ -22,38 +22,72 @@ from .errors import UsageError
 
 
 @dataclass(frozen=True)
+class Flag:
+    """How a RunConfig field appears on the command line: declared on the field, once; the
+    commands' options are made from it (``accelbench.cli``)."""
+
+    help: str
+    #: "int", "finite" (a finite float), "str", "bool" (an on/off pair), "int_list" (comma-separated)
+    kind: str = "str"
+    #: the option's name when it is not the field's (``--timeout`` for ``timeout_s``)
+    name: str | None = None
+    choices: tuple[str, ...] | None = None
+
+
+def flag(help: str, kind: str = "str", name: str | None = None, choices: tuple[str, ...] | None = None) -> dict:
+    return {"flag": Flag(help, kind, name, choices)}
+
+
+@dataclass(frozen=True)
 class RunConfig:
+    """One run's request. Every field is declared here once: its type and default, its flag
+    (``metadata["flag"]``), and ``schemas/config.schema.json`` holds exactly these fields."""
+
     #: model, variant and precision: names the backend declares; None: the backend's default
-    model: str | None = None
-    variant: str | None = None
-    global_batch: int | None = None
-    per_device_batch: int | None = None
-    batch_sizes: tuple[int, ...] | None = None
-    device: str = "auto"
-    device_count: int | None = None
+    model: str | None = field(default=None, metadata=flag(
+        "Model, as the backend names it (default: its first; `accelbench plugins` lists them)."))
+    variant: str | None = field(default=None, metadata=flag(
+        "Variant of the model, as the backend names it (default: its first)."))
+    global_batch: int | None = field(default=None, metadata=flag("Global batch (split over the devices).", "int"))
+    per_device_batch: int | None = field(default=None, metadata=flag(
+        "Per-device batch (tf_cnn_benchmarks' --batch_size).", "int"))
+    batch_sizes: tuple[int, ...] | None = field(default=None, metadata=flag(
+        "Sweep of global batch sizes, e.g. 8,16,32.", "int_list"))
+    device: str = field(default="auto", metadata=flag("Device kind the backend lists (cpu, gpu, ...), or auto (default)."))
+    device_count: int | None = field(default=None, metadata=flag("Devices to use (default: all of the kind).", "int"))
     #: worker processes of a multi-worker data-parallel run (each with ``device_count`` devices)
-    workers: int = 1
+    workers: int = field(default=1, metadata=flag(
+        "Worker processes of a multi-worker run, all on this machine (loopback).", "int"))
     #: with workers > 1, first run one worker of the same per-worker batch (scaling efficiency)
-    scaling_baseline: bool = True
-    precision: str | None = None
-    image_size: int = 224
-    num_classes: int = 1000
+    scaling_baseline: bool = field(default=True, metadata=flag(
+        "With --workers > 1, also run 1 worker for scaling efficiency (default on).", "bool"))
+    precision: str | None = field(default=None, metadata=flag(
+        "Numeric precision, as the backend names it (default: its first)."))
+    image_size: int = field(default=224, metadata=flag("Square image side (default 224).", "int"))
+    num_classes: int = field(default=1000, metadata=flag("Classes of the synthetic labels (default 1000).", "int"))
     data: str = "synthetic"
     #: warm-up steps: all of them ("fixed"), or the cap of a warm-up that ends once the step time
     #: is stable ("stable"); ``warmup`` None: stable when time-boxed, fixed when counted
-    warmup_steps: int = 10
-    warmup: str | None = None
+    warmup_steps: int = field(default=10, metadata=flag(
+        "Untimed steps first; with --warmup stable, the most (default 10).", "int"))
+    warmup: str | None = field(default=None, metadata=flag(
+        "Warm up --warmup-steps steps, or until the step time is stable (default: stable with a time box, "
+        "fixed with counted steps).", choices=("fixed", "stable")))
     #: timed steps (counted, the tf_cnn_benchmarks protocol), or ``time_s`` seconds of whole steps
     #: (a time box); neither: a time box of ``DEFAULT_TIME_S`` (counted for multi-worker runs)
-    timed_steps: int | None = None
-    time_s: float | None = None
-    trials: int = 1
-    threads: int | None = None
-    inter_op_threads: int | None = None
-    seed: int = 0
-    timeout_s: float = 1800.0
-    memory_limit_mb: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    timed_steps: int | None = field(default=None, metadata=flag(
+        "Count this many timed steps (the tf_cnn_benchmarks protocol).", "int"))
+    time_s: float | None = None  # the CLI's --time takes a duration ("45s", "2m"): cli.py parses it
+    trials: int = field(default=1, metadata=flag("Independent worker processes per run (default 1).", "int"))
+    threads: int | None = field(default=None, metadata=flag("Compute threads (default: all cores).", "int"))
+    inter_op_threads: int | None = field(default=None, metadata=flag(
+        "Inter-op threads where the framework has them.", "int"))
+    seed: int = field(default=0, metadata=flag("Random seed.", "int"))
+    timeout_s: float = field(default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "finite",
+                                                           name="timeout"))
+    memory_limit_mb: int | None = field(default=None, metadata=flag(
+        "Address-space limit for each worker process.", "int"))
+    options: dict[str, Any] = field(default_factory=dict)  # --option KEY=VALUE, parsed by cli.py
     #: "throughput" (synthetic data, the timing loop) or "train" (a real dataset, to a target top-1)
     mode: str = "throughput"
     #: train mode's ``accelbench.training.TrainSpec`` as a dict (dataset, target, recipe)

@@ -8,6 +8,7 @@ all-reduce would otherwise wait for the timeout) and the record names the worker
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from multiprocessing.connection import wait
 from typing import Any, Callable
@@ -103,8 +104,8 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
     if any(o.status != "ok" for o in outcomes):
         worst = next(o for o in outcomes if o.status != "ok")
         return TrialOutcome(worst.status, worst.reason, None, outcomes[0].prepared)
-    slowest = max(outcomes, key=lambda o: o.timing["wall_time_s"])
-    timing = {**slowest.timing, "losses": outcomes[0].timing["losses"]}
+    slowest = max(outcomes, key=lambda o: o.timing.wall_time_s)
+    timing = dataclasses.replace(slowest.timing, losses=outcomes[0].timing.losses)
     return TrialOutcome("ok", "", timing, outcomes[0].prepared, outcomes[0].final)
 
 

@@ -9,12 +9,17 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import stats, validation
 from .config import RunConfig
 from .errors import UsageError
+from .backend import Prepared
 from .registry import BackendRef
+from .timing import Timing
+
+if TYPE_CHECKING:
+    from .training import TrainingResult
 
 
 class InvalidRecord(Exception):
@@ -27,12 +32,12 @@ class TrialOutcome:
 
     status: str
     reason: str = ""
-    timing: dict[str, Any] | None = None
-    prepared: dict[str, Any] | None = None
+    timing: Timing | None = None
+    prepared: Prepared | None = None
     #: what ``teardown`` returned (e.g. a weights checksum)
     final: dict[str, Any] | None = None
-    #: train mode: the epoch loop's result (``accelbench.training.TrainingResult`` as JSON)
-    training: dict[str, Any] | None = None
+    #: train mode: the epoch loop's result
+    training: TrainingResult | None = None
     #: the schedule's round this trial ran in, and when it started and ended (UTC)
     round: int | None = None
     started_utc: str | None = None
@@ -77,7 +82,8 @@ def _assemble(ctx: RunContext) -> dict[str, Any]:
     """Assemble a record; statistics only when every trial is ok (a number is never invented)."""
     info = ctx.ref.backend.describe()
     cfg = ctx.config
-    prepared = next((o.prepared for o in ctx.outcomes if o.prepared), None) or {}
+    reported = next((o.prepared for o in ctx.outcomes if o.prepared), None)
+    prepared = reported or Prepared(device_name="")  # a run that never prepared reports nothing
     status, reason = _overall_status(ctx.outcomes)
     trials = [trial_row(i, o, cfg.global_batch) for i, o in enumerate(ctx.outcomes)]
     record = {
@@ -90,24 +96,24 @@ def _assemble(ctx: RunContext) -> dict[str, Any]:
         "backend": {"name": info.name, "version": info.version},
         # as the framework reports itself, else its installed distribution's version
         "framework": {"name": info.framework,
-                      "version": prepared.get("framework_version") or ctx.ref.framework_version()},
+                      "version": prepared.framework_version or ctx.ref.framework_version()},
         "model": {"name": cfg.model, "variant": cfg.variant},
         "precision": cfg.precision,
-        "device": {"kind": cfg.device, "count": cfg.device_count, "name": prepared.get("device_name", "")},
+        "device": {"kind": cfg.device, "count": cfg.device_count, "name": prepared.device_name},
         "batch": {"global": cfg.global_batch, "per_device": cfg.per_device_batch,
                   "source": cfg.batch_source, "semantics": info.batch_semantics},
         "image_size": cfg.image_size,
-        "data": {"source": cfg.data, "placement": prepared.get("data_placement")},
-        "steps": _steps(cfg, prepared.get("steps_per_call", 1), ctx.outcomes),
+        "data": {"source": cfg.data, "placement": reported.data_placement if reported else None},
+        "steps": _steps(cfg, prepared.steps_per_call, ctx.outcomes),
         "trials": trials,
         "throughput": None,
         "step_time": None,
         "flops": None,
         # a copy: the record is rebuilt after every trial, and its building edits settings
-        "settings": dict(prepared.get("settings", {})),
+        "settings": dict(prepared.settings),
         "config": cfg.to_dict(),
         "environment": ctx.environment,
-        "warnings": list(prepared.get("warnings", [])),
+        "warnings": list(prepared.warnings),
     }
     if ctx.distributed:
         record["distributed"] = dict(ctx.distributed)
@@ -119,8 +125,8 @@ def _assemble(ctx: RunContext) -> dict[str, Any]:
     if status == "ok":
         _add_statistics(record, cfg)
         _add_scaling_efficiency(record)
-    if prepared.get("flops_per_image"):
-        record["flops"] = {"per_image": prepared["flops_per_image"], "achieved_per_s": None}
+    if prepared.flops_per_image:
+        record["flops"] = {"per_image": prepared.flops_per_image, "achieved_per_s": None}
         _add_achieved_flops(record)
     return record
 
@@ -171,13 +177,13 @@ def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> dict[
     ones. A run that never stepped shows the counts it was given (0 timed steps for a time box)."""
     trained = next((o.training for o in outcomes if o.training), None)
     if trained:
-        return {"warmup": trained["steps_per_epoch"], "timed": max(1, len(outcomes[-1].timing["step_times"])),
+        return {"warmup": trained.steps_per_epoch, "timed": max(1, len(outcomes[-1].timing.step_times)),
                 "steps_per_sample": 1}
     timing = next((o.timing for o in outcomes if o.timing), None)
     if timing:
-        return {"warmup": timing["warmup_calls"] * per_call, "timed": timing["timed_calls"] * per_call,
-                "steps_per_sample": per_call, "warmup_rule": timing["warmup_rule"],
-                "timed_rule": timing["timed_rule"]}
+        return {"warmup": timing.warmup_calls * per_call, "timed": timing.timed_calls * per_call,
+                "steps_per_sample": per_call, "warmup_rule": timing.warmup_rule,
+                "timed_rule": timing.timed_rule}
     whole = lambda steps: math.ceil(steps / per_call) * per_call  # noqa: E731
     return {"warmup": whole(cfg.warmup_steps), "timed": whole(cfg.timed_steps or 0), "steps_per_sample": per_call}
 
@@ -199,11 +205,11 @@ def trial_row(index: int, outcome: TrialOutcome, batch: int) -> dict[str, Any]:
     if not timing:
         return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": None,
                 "wall_time_s": None, "images_per_sec": None, "step_times_s": [], "losses": [], **when}
-    images = batch * timing["timed_calls"] * timing["steps_per_call"]
+    images = batch * timing.timed_calls * timing.steps_per_call
     return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": images,
-            "wall_time_s": timing["wall_time_s"], "images_per_sec": images / timing["wall_time_s"],
-            "step_times_s": timing["step_times"], "losses": timing["losses"],
-            "warmup_steps": timing.get("warmup_calls", 0) * timing["steps_per_call"], **when}
+            "wall_time_s": timing.wall_time_s, "images_per_sec": images / timing.wall_time_s,
+            "step_times_s": list(timing.step_times), "losses": list(timing.losses),
+            "warmup_steps": timing.warmup_calls * timing.steps_per_call, **when}
 
 
 def _add_statistics(record: dict[str, Any], cfg: RunConfig) -> None:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -190,7 +190,7 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         if config.mode == "train":
             prepared = handle.call("prepare_training")
             training = handle.call("train", on_progress=on_progress)
-            timing = training.pop("steady")
+            timing = training.steady
         else:
             prepared = handle.call("prepare")
             training, timing = None, handle.call("run", on_progress=on_progress)
@@ -383,23 +383,23 @@ class BackendSession:
     def step(self) -> float | None:
         """One synced call in the worker; its worker-side time is kept for ``record``."""
         timing = self.worker.call("step")
-        self.call_times.append(timing["wall_time_s"])
-        self.losses.extend(timing["losses"])
-        return timing["losses"][-1] if timing["losses"] else None
+        self.call_times.append(timing.wall_time_s)
+        self.losses.extend(timing.losses)
+        return timing.losses[-1] if timing.losses else None
 
     def record(self, timed_calls: int, warmup_calls: int, timed_by: str) -> dict:
         """A record of the last ``timed_calls`` calls, timed in the worker by the core timing loop
         (so the host<->worker pipe is not counted, as in ``accelbench run``)."""
-        per_call = self.prepared["steps_per_call"]
+        per_call = self.prepared.steps_per_call
         calls = self.call_times[-timed_calls:]
         config = self.config.replace(warmup_steps=warmup_calls * per_call, timed_steps=timed_calls * per_call,
                                      time_s=None, warmup="fixed")
-        timing = asdict(Timing(step_times=[t / per_call for t in calls], wall_time_s=sum(calls),
-                               timed_calls=timed_calls, steps_per_call=per_call,
-                               losses=self.losses[-timed_calls:] if self.losses else [],
-                               warmup_calls=warmup_calls, warmup_rule=f"fixed: {warmup_calls * per_call} steps",
-                               timed_rule=f"counted: {timed_calls * per_call} steps"))
-        prepared = {**self.prepared, "settings": {**self.prepared["settings"], "timed_by": timed_by}}
+        timing = Timing(step_times=[t / per_call for t in calls], wall_time_s=sum(calls),
+                        timed_calls=timed_calls, steps_per_call=per_call,
+                        losses=self.losses[-timed_calls:] if self.losses else [],
+                        warmup_calls=warmup_calls, warmup_rule=f"fixed: {warmup_calls * per_call} steps",
+                        timed_rule=f"counted: {timed_calls * per_call} steps")
+        prepared = dataclasses.replace(self.prepared, settings={**self.prepared.settings, "timed_by": timed_by})
         ctx = RunContext(self.ref, config, environment.collect(self.ref.backend.describe().requires),
                          [TrialOutcome("ok", "", timing, prepared)])
         return build(ctx)

@@ -97,10 +97,7 @@ class TrainingResult:
     wall_time_s: float = 0.0
     #: the timing loop's result for the epochs after the first (the first includes compilation),
     #: or for the first when no other ran
-    steady: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    steady: Timing | None = None
 
 
 def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
@@ -140,9 +137,9 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
     result.wall_time_s = time.perf_counter() - start
     if not steady_times:  # one epoch only: its steps are all there is
         steady_times, steady_losses = first.step_times, first.losses
-    result.steady = asdict(Timing(step_times=steady_times, wall_time_s=sum(steady_times),
-                                  timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses,
-                                  warmup_rule="the first epoch", timed_rule="the epochs after the first"))
+    result.steady = Timing(step_times=steady_times, wall_time_s=sum(steady_times),
+                           timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses,
+                           warmup_rule="the first epoch", timed_rule="the epochs after the first")
     return result
 
 
@@ -165,29 +162,29 @@ def _evaluate(backend, row: EpochRow, result: TrainingResult, start: float) -> N
     row.wall_time_s = time.perf_counter() - start
 
 
-def summary(result: dict[str, Any], spec: TrainSpec, global_batch: int) -> dict[str, Any]:
-    """The record's ``training`` block from the worker's result."""
-    evaluated = [row for row in result["curve"] if row["eval_accuracy"] is not None]
-    best = max(evaluated, key=lambda row: row["eval_accuracy"], default=None)
-    epochs = len(result["curve"])
+def summary(result: TrainingResult, spec: TrainSpec, global_batch: int) -> dict[str, Any]:
+    """The record's ``training`` block (its JSON form) from the worker's result."""
+    evaluated = [row for row in result.curve if row.eval_accuracy is not None]
+    best = max(evaluated, key=lambda row: row.eval_accuracy, default=None)
+    epochs = len(result.curve)
     return {
         "dataset": spec.dataset,
         "target_top1": spec.target_top1,
-        "target_reached": result["epochs_to_target"] is not None,
-        "epochs_to_target": result["epochs_to_target"],
-        "time_to_target_s": result["time_to_target_s"],
-        "best_eval_accuracy": best["eval_accuracy"] if best else None,
-        "best_epoch": best["epoch_num"] if best else None,
+        "target_reached": result.epochs_to_target is not None,
+        "epochs_to_target": result.epochs_to_target,
+        "time_to_target_s": result.time_to_target_s,
+        "best_eval_accuracy": best.eval_accuracy if best else None,
+        "best_epoch": best.epoch_num if best else None,
         "epochs_run": epochs,
-        "wall_time_s": result["wall_time_s"],
-        "train_time_s": result["train_time_s"],
-        "eval_time_s": result["eval_time_s"],
-        "train_images_per_sec": epochs * result["steps_per_epoch"] * global_batch / result["train_time_s"]
-        if result["train_time_s"] > 0 else None,
+        "wall_time_s": result.wall_time_s,
+        "train_time_s": result.train_time_s,
+        "eval_time_s": result.eval_time_s,
+        "train_images_per_sec": epochs * result.steps_per_epoch * global_batch / result.train_time_s
+        if result.train_time_s > 0 else None,
         "global_batch_size": global_batch,
         "opt_base_learning_rate": spec.peak_learning_rate(global_batch),
         "recipe": spec.to_dict(),
-        "curve": result["curve"],
+        "curve": [asdict(row) for row in result.curve],
     }
 
 

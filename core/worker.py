@@ -17,7 +17,6 @@ import resource
 import signal
 import sys
 import traceback
-from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -94,21 +93,20 @@ class _Session:
             self.steps_per_call = prepared.steps_per_call
             # evidence that each framework lives only in its own worker
             prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
-            return asdict(prepared)
+            return prepared
         if command == "train":
             spec = training.TrainSpec.from_dict(self.config.train)
             steps = training.steps_per_epoch(self._dataset, self.config.global_batch)
-            return training.train(self.backend, spec, steps, self.config.global_batch,
-                                  progress=self._progress).to_json()
+            return training.train(self.backend, spec, steps, self.config.global_batch, progress=self._progress)
         if command == "write_dataset":
             return self.backend.write_dataset(*args)
         if command == "read_dataset":
             return self.backend.read_dataset(*args)
         if command == "run":
             plan = TimingPlan.from_config(self.config, self.steps_per_call)
-            return asdict(run_timed(self.backend.step, plan, progress=self._progress))
+            return run_timed(self.backend.step, plan, progress=self._progress)
         if command == "step":  # one call through the same timing loop: its time excludes the pipe
-            return asdict(run_timed(self.backend.step, TimingPlan(0, timed_calls=1, steps_per_call=self.steps_per_call)))
+            return run_timed(self.backend.step, TimingPlan(0, timed_calls=1, steps_per_call=self.steps_per_call))
         if command == "teardown":
             return self.backend.teardown()
         if command == "serve":

@@ -135,3 +135,28 @@ def test_readme_test_command_is_what_ci_runs():
     test_line = next(line for line in head if line.rstrip().endswith("pytest"))
     assert "pip install -e '.[all,test]' && pip check && pytest" in test_line
     assert "pip install -e '.[all,test]' && pip check && pytest" in (root / ".ci" / "run").read_text()
+
+
+def test_every_run_config_field_is_declared_once():
+    """The dataclass is the one declaration: the config schema has exactly its fields, and every
+    command-line option of a field is made from the field's own flag (name, type, help)."""
+    import dataclasses
+
+    from accelbench import cli, validation
+    from accelbench.config import RunConfig
+
+    declared = {f.name: f for f in dataclasses.fields(RunConfig)}
+    # batch_source is the resolver's note of where the batch came from, never an input
+    assert set(validation.load("config")["properties"]) == set(declared) - {"batch_source"}
+    run_options = {p.name: p for p in cli.run.params}
+    flagged = [f for f in declared.values() if "flag" in f.metadata]
+    assert len(flagged) >= 20
+    for f in flagged:
+        spec = f.metadata["flag"]
+        option = run_options[f.name]
+        assert option.help == spec.help
+        assert ("--" + (spec.name or f.name).replace("_", "-")) in option.opts
+    # train's run-config options are the same declarations (some with train's own help)
+    train_options = {p.name: p for p in cli.train.params}
+    assert {name for name in cli.TRAIN_RUN_FLAGS} <= set(train_options)
+    assert train_options["precision"].help == declared["precision"].metadata["flag"].help

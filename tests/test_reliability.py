@@ -3,7 +3,6 @@ killed host leave no process behind; a finished measurement is never lost to an 
 
 import json
 import signal
-import subprocess
 import time
 
 import pytest

@@ -51,7 +51,7 @@ def test_stops_at_the_first_evaluation_reaching_the_target():
     assert [row.eval_accuracy for row in result.curve] == [0.5, 0.8, 0.93]
     assert result.time_to_target_s == result.curve[-1].wall_time_s
     assert len(backend.rates) == 12 and set(backend.rates) == {0.1}
-    assert result.steady["timed_calls"] == 8  # epochs 2 and 3; the first is the warm-up
+    assert result.steady.timed_calls == 8  # epochs 2 and 3; the first is the warm-up
 
 
 def test_warm_up_rates_rise_every_step_and_evaluation_follows_eval_every():
@@ -65,12 +65,12 @@ def test_warm_up_rates_rise_every_step_and_evaluation_follows_eval_every():
 
 def test_a_target_not_reached_is_recorded_with_the_best_accuracy():
     backend = ScriptedBackend([0.3, 0.6, 0.5])
-    raw = training.train(backend, spec(max_epochs=3, target_top1=0.99), steps_per_epoch=2, global_batch=64).to_json()
+    raw = training.train(backend, spec(max_epochs=3, target_top1=0.99), steps_per_epoch=2, global_batch=64)
     block = training.summary(raw, spec(max_epochs=3, target_top1=0.99), global_batch=64)
     assert block["target_reached"] is False and block["epochs_to_target"] is None
     assert block["time_to_target_s"] is None
     assert (block["best_eval_accuracy"], block["best_epoch"], block["epochs_run"]) == (0.6, 2, 3)
-    assert block["train_images_per_sec"] == pytest.approx(3 * 2 * 64 / raw["train_time_s"])
+    assert block["train_images_per_sec"] == pytest.approx(3 * 2 * 64 / raw.train_time_s)
 
 
 def test_presets_give_defaults_and_the_user_overrides_them():
@@ -133,4 +133,4 @@ def test_a_folder_without_manifest_is_not_a_dataset(tmp_path):
 
 def test_a_single_epoch_run_times_that_epoch():
     result = training.train(ScriptedBackend([0.99]), spec(max_epochs=1), steps_per_epoch=5, global_batch=64)
-    assert result.steady["timed_calls"] == 5 and result.steady["wall_time_s"] == pytest.approx(result.train_time_s)
+    assert result.steady.timed_calls == 5 and result.steady.wall_time_s == pytest.approx(result.train_time_s)

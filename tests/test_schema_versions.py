@@ -1,0 +1,57 @@
+"""Records written by every earlier result-schema version still validate, compare and report.
+
+The fixtures are real results files, each written by accelbench at the commit that introduced its
+schema version (a two-point batch sweep of the fixed-time test backend, 2 trials each).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accelbench import validation
+
+FIXTURES = Path(__file__).parent / "fixtures"
+VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
+
+
+def fixture(version: str) -> Path:
+    return FIXTURES / f"records-{version}.json"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_earlier_version_validates_under_the_current_schema(version, accelbench_cli):
+    document = json.loads(fixture(version).read_text())
+    assert document["schema_version"] == version
+    assert {r["schema_version"] for r in document["records"]} == {version}
+    assert all(validation.errors("result", r) == [] for r in document["records"])
+    done = accelbench_cli("validate", str(fixture(version)))
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok (2 records)"), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("version", VERSIONS[:-1])
+def test_each_earlier_version_compares_with_the_latest(version, accelbench_cli):
+    done = accelbench_cli("compare", str(fixture(version)), str(fixture(VERSIONS[-1])), "--json")
+    assert done.returncode == 0, done.stderr
+    comparisons = json.loads(done.stdout)["comparisons"]
+    assert [c["config"].split(" batch ")[1].split()[0] for c in comparisons] == ["8", "16"]
+    for c in comparisons:  # the same fixed-time backend, 5 ms steps, on one machine
+        assert c["ratio"] == pytest.approx(c["a_images_per_sec"] / c["b_images_per_sec"])
+        assert c["ratio"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_every_version_reports_together(accelbench_cli, tmp_path):
+    out = tmp_path / "report"
+    done = accelbench_cli("report", *map(str, map(fixture, VERSIONS)), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    page = (out / "index.html").read_text()
+    assert page.count("sleepy:fixed-time") >= len(VERSIONS) * 2
+
+
+def test_the_schemas_constrain_the_shape_of_names_not_their_values():
+    record = json.loads(fixture(VERSIONS[-1]).read_text())["records"][0]
+    record.update(model={"name": "any-model_2", "variant": "x.y"}, precision="tf32+", device={**record["device"], "kind": "npu"})
+    assert validation.errors("result", record) == []
+    record["precision"] = "two words"
+    assert validation.errors("result", record) == [
+        "$.precision: 'two words' does not match '^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$'"]
