@@ -61,7 +61,8 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
     answers: dict[int, Any] = {}
     deadline = min(w.deadline for w in workers)
     by_conn = {w.conn: (rank, w) for rank, w in enumerate(workers)}
-    by_conn.update({s.conn: (None, s) for s in services})
+    # during teardown the workers leave the job, and a service may end with it
+    by_conn.update({s.conn: (None, s) for s in services if command != "teardown"})
     while len(answers) < len(workers):
         pending = [c for c, (rank, _) in by_conn.items() if rank is None or rank not in answers]
         ready = wait(pending, timeout=max(0.0, deadline - time.monotonic()))

@@ -20,7 +20,8 @@ from pathlib import Path
 HERE = Path(__file__).parent
 MIN_RATIO = 0.98
 
-# name: (accelbench arguments, bare-loop command, reference img/s on the 2-core Zen 4 machine, what)
+# name: (accelbench arguments, bare-loop command, reference img/s on the 2-core Zen 4 machine (None:
+# no published figure; the bare loop is the reference), what)
 CASES = {
     "tf-fp32": (["--plugin", "tf_benchmarks", "--precision", "fp32"],
                 ["bare_tf.py", "--precision", "fp32"], 7.4, "tf_cnn_benchmarks"),
@@ -30,6 +31,10 @@ CASES = {
                    ["bare_mxnet.py", "--precision", "fp32"], 7.3, "MXNet train_imagenet"),
     "mxnet-bf16": (["--plugin", "mxnet_ngc", "--precision", "bf16"],
                    ["bare_mxnet.py", "--precision", "bf16"], 11.4, "bare Gluon bf16"),
+    "torch-fp32": (["--plugin", "torch_ref", "--precision", "fp32"],
+                   ["bare_torch.py", "--precision", "fp32"], None, "bare PyTorch loop"),
+    "torch-bf16": (["--plugin", "torch_ref", "--precision", "bf16"],
+                   ["bare_torch.py", "--precision", "bf16"], None, "bare PyTorch loop bf16"),
     "tpu-bf16": (["--plugin", "tpu_official", "--option", "steps_per_loop=10"],
                  ["bare_tf.py", "--precision", "bf16", "--variant", "v1.5", "--steps-per-loop", "10",
                   "--weight-decay", "1e-4"], 11.5, "TF Model Garden v1.5 bf16"),
@@ -112,7 +117,7 @@ def main():
         zoo = f"{r['zoo_images_per_sec']:.2f}" if r["zoo_images_per_sec"] else "-"
         print(f"{r['case']:<12}{r['accelbench_images_per_sec']:>12.2f}{r['bare_images_per_sec']:>12.2f}"
               f"{r['ratio']:>8.3f}{r['gflops_per_s']:>10.1f}{zoo:>10}   "
-              f"{r['reference_images_per_sec']} ({r['reference']})")
+              f"{r['reference_images_per_sec'] or '-'} ({r['reference']})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     exit_if_below(results, f"harness ratio below {MIN_RATIO}")

@@ -1,0 +1,83 @@
+"""torch_ref: torchvision's ResNet-50 (v1.5) trained the way PyTorch's reference recipe does.
+
+A plain PyTorch training step (channels-last, SGD momentum, weight decay on conv and linear
+weights only, cross-entropy), synthetic data made once on the device, ``torch.autocast`` for bf16
+(CPU and GPU) and fp16 with a gradient scaler (GPU). Multi-worker runs use PyTorch's own engine:
+``torch.distributed`` with DistributedDataParallel (gloo on CPU, nccl on GPU), configured through
+the environment PyTorch's launcher sets (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
+
+Written only against the public plugin API; PyTorch is imported only in the worker.
+"""
+
+from __future__ import annotations
+
+import accelbench
+from accelbench import BackendInfo, Prepared, RunConfig
+from accelbench.backend import RunBackend
+from accelbench.errors import UsageError
+from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
+
+VERSION = "1.0.0"
+
+
+class TorchDistributedEngine(Engine):
+    """``torch.distributed``'s environment rendezvous, as ``torchrun`` sets it: rank 0 listens on
+    MASTER_ADDR:MASTER_PORT (loopback for local runs). No service processes."""
+
+    name = "torch_distributed"
+    description = "torch.distributed env:// rendezvous (MASTER_ADDR/PORT, RANK, WORLD_SIZE) for DDP"
+
+    def local(self, cluster: LocalCluster) -> LaunchPlan:
+        master = {"MASTER_ADDR": cluster.host, "MASTER_PORT": str(cluster.free_port())}
+        return LaunchPlan(self.name, cluster.workers,
+                          [rank_env(master, rank, cluster.workers, rank) for rank in range(cluster.workers)])
+
+    def rank(self, cluster: ClusterRank) -> LaunchPlan:
+        if not cluster.coordinator_host:
+            raise UsageError("--coordinator must be rank 0's HOST:PORT for PyTorch")
+        master = {"MASTER_ADDR": cluster.coordinator_host, "MASTER_PORT": str(cluster.coordinator_port)}
+        # one worker per host: its local rank is 0
+        return LaunchPlan(self.name, cluster.workers, [rank_env(master, cluster.rank, cluster.workers, 0)])
+
+
+def rank_env(master: dict[str, str], rank: int, world: int, local_rank: int) -> dict[str, str]:
+    return {**master, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(world if local_rank == rank else 1)}
+
+
+class TorchResNet50(RunBackend):
+    info = BackendInfo(
+        name="resnet50", framework="pytorch", requires=("torch", "torchvision"),
+        models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
+        precisions=("fp32", "bf16", "fp16"), devices=("cpu", "gpu"),
+        # the reference recipe's --batch-size is per GPU (256 in NVIDIA's and MLPerf's ResNet-50)
+        batch_semantics="per_device", default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
+        description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
+        options={"compile": "torch.compile the model (default false)",
+                 "nesterov": "Nesterov momentum (default false, as the torchvision reference)"})
+    engine = TorchDistributedEngine()
+
+    def check(self, config: RunConfig) -> str | None:
+        from . import training
+
+        return training.device_problem(config)
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return type(error).__name__ == "OutOfMemoryError" or super().is_out_of_memory(error)
+
+    def prepare(self, config: RunConfig) -> Prepared:
+        from . import training
+
+        self.run = training.TorchRun(config)
+        return self.run.prepared()
+
+    def teardown(self) -> dict:
+        final = {"weights_checksum": self.run.weights_checksum()}
+        self.run.close()  # leave the process group: peers wait for it
+        del self.run
+        return final
+
+
+@accelbench.hookimpl
+def register_backends(register):
+    register(TorchResNet50())

@@ -1,0 +1,236 @@
+"""The worker side of torch_ref: PyTorch is imported here only."""
+
+from __future__ import annotations
+
+import os
+
+from accelbench import Prepared, RunConfig
+from accelbench.backend import training_flops
+from accelbench.plugins.cpu_features import bf16_emulation_warning
+from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
+
+WEIGHT_DECAY = 1e-4  # torchvision's reference recipe
+BASE_LEARNING_RATE = 0.1  # per 256 images, scaled linearly with the global batch
+MOMENTUM = 0.9
+
+
+def import_torch(config: RunConfig):
+    import torch
+
+    torch.set_num_threads(config.effective_threads)
+    if config.inter_op_threads:
+        torch.set_num_interop_threads(config.inter_op_threads)
+    return torch
+
+
+def device_problem(config: RunConfig) -> str | None:
+    """Why this config cannot run on this machine's devices, or None."""
+    torch = import_torch(config)
+    if config.precision == "fp16" and config.device == "cpu":
+        return "fp16 autocast with a gradient scaler needs a GPU; this run is on the CPU (use bf16 or fp32)"
+    if config.device_count > 1:
+        return (f"{config.device_count} devices in one process: PyTorch runs one process per device "
+                f"(DistributedDataParallel); use --workers {config.device_count} with one device each")
+    if config.device == "gpu" and not torch.cuda.is_available():
+        return "no GPU visible to PyTorch (torch.cuda.is_available() is False)"
+    return None
+
+
+def resnet_small(torch, num_classes: int):
+    """The layers of ``model_specs`` (Gluon's thumbnail ResNetV1 with basic blocks): a 3x3 stem
+    convolution without pooling, basic residual blocks, global pooling, linear logits."""
+    nn = torch.nn
+
+    def norm(channels):
+        return nn.BatchNorm2d(channels, eps=1e-5, momentum=0.1)  # Gluon's 0.9 decay is PyTorch's 0.1
+
+    class Block(nn.Module):
+        def __init__(self, in_channels, channels, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(in_channels, channels, 3, stride, 1, bias=False)
+            self.bn1 = norm(channels)
+            self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
+            self.bn2 = norm(channels)
+            self.shortcut = (nn.Sequential(nn.Conv2d(in_channels, channels, 1, stride, bias=False), norm(channels))
+                             if stride != 1 or channels != in_channels else nn.Identity())
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+    layers = [nn.Conv2d(3, SMALL_CHANNELS[0], 3, 1, 1, bias=False)]
+    in_channels = SMALL_CHANNELS[0]
+    for stage, (blocks, channels) in enumerate(zip(SMALL_LAYERS, SMALL_CHANNELS[1:])):
+        for block in range(blocks):
+            layers.append(Block(in_channels, channels, 2 if stage > 0 and block == 0 else 1))
+            in_channels = channels
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_channels, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def build_model(torch, config: RunConfig):
+    if config.model == "resnet_small":
+        return resnet_small(torch, config.num_classes)
+    import torchvision
+
+    # torchvision's ResNet-50 is v1.5 (stride 2 in each downsampling block's 3x3) and its
+    # convolutions have no bias: the same 25,557,032 parameters as the TF and MXNet plugins'
+    return torchvision.models.resnet50(weights=None, num_classes=config.num_classes)
+
+
+def forward_macs(torch, model, image_size: int, device) -> int:
+    """Multiply-adds of one image's forward pass, counted on the model's conv and linear layers
+    during one forward pass (hooks read each layer's output shape)."""
+    nn, total = torch.nn, [0]
+
+    def count(layer, _inputs, output):
+        if isinstance(layer, nn.Conv2d):
+            kh, kw = layer.kernel_size
+            total[0] += output[0].numel() * kh * kw * layer.in_channels // layer.groups
+        elif isinstance(layer, nn.Linear):
+            total[0] += layer.in_features * layer.out_features
+
+    hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(1, 3, image_size, image_size, device=device))
+    model.train(was_training)
+    for hook in hooks:
+        hook.remove()
+    return total[0]
+
+
+class TorchRun:
+    """Model, optimizer, synthetic data and the step, built once in the worker."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        self.torch = torch = import_torch(config)
+        torch.manual_seed(config.seed)  # the same initial weights on every worker
+        self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        self.device = self._device()
+        if self.distributed:
+            torch.distributed.init_process_group("nccl" if config.device == "gpu" else "gloo", init_method="env://")
+        model = build_model(torch, config).to(self.device, memory_format=torch.channels_last)
+        self.flops_per_image = training_flops(forward_macs(torch, model, config.image_size, self.device))
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self.model = self.net = model
+        if self.distributed:
+            self.net = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if config.device == "gpu" else None)
+        self.compiled = bool(config.options.get("compile", False))
+        if self.compiled:
+            self.net = torch.compile(self.net)
+        self.optimizer = self._optimizer()
+        self.autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
+        self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+        self.images, self.labels = self._synthetic()
+
+    def _device(self):
+        torch = self.torch
+        if self.config.device == "gpu":
+            index = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(index)
+            return torch.device("cuda", index)
+        return torch.device("cpu")
+
+    def _optimizer(self):
+        # weight decay on conv and linear weights only, never on batch-norm parameters or biases
+        decayed = [p for p in self.model.parameters() if p.ndim > 1]
+        others = [p for p in self.model.parameters() if p.ndim <= 1]
+        lr = BASE_LEARNING_RATE * self.config.global_batch / 256
+        return self.torch.optim.SGD([{"params": decayed, "weight_decay": WEIGHT_DECAY},
+                                     {"params": others, "weight_decay": 0.0}], lr=lr, momentum=MOMENTUM,
+                                    nesterov=bool(self.config.options.get("nesterov", False)))
+
+    def _synthetic(self):
+        """Images and labels made once on the device (each worker its own), reused every step."""
+        torch, cfg = self.torch, self.config
+        generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + int(os.environ.get("RANK", "0")))
+        shape = (cfg.per_device_batch, 3, cfg.image_size, cfg.image_size)
+        images = torch.randn(shape, generator=generator, device=self.device).contiguous(
+            memory_format=torch.channels_last)
+        labels = torch.randint(0, cfg.num_classes, (cfg.per_device_batch,), generator=generator, device=self.device)
+        return images, labels
+
+    def step(self) -> float:
+        torch = self.torch
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            logits = self.net(self.images)
+        loss = torch.nn.functional.cross_entropy(logits.float(), self.labels)  # fp32 loss
+        if self.scaler:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        value = loss.item()  # bringing the loss to the host waits for the step
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return value
+
+    def weights_checksum(self) -> float:
+        """Sum of every parameter, float64: equal on every worker of an in-sync run."""
+        with self.torch.no_grad():
+            return float(sum(p.double().sum().item() for p in self.model.parameters()))
+
+    def close(self) -> None:
+        if self.distributed and self.torch.distributed.is_initialized():
+            self.torch.distributed.destroy_process_group()
+
+    def prepared(self) -> Prepared:
+        torch = self.torch
+        conv = next(m for m in self.model.modules() if isinstance(m, torch.nn.Conv2d))
+        return Prepared(
+            device_name=self._device_name(),
+            flops_per_image=self.flops_per_image,
+            data_placement="device",
+            framework_version=torch.__version__,
+            warnings=self._warnings(),
+            settings={
+                "torchvision": _version("torchvision"),
+                "parameters": self.parameters,
+                "optimizer": "SGD" + (" + GradScaler" if self.scaler else ""),
+                "learning_rate": self.optimizer.param_groups[0]["lr"], "momentum": MOMENTUM,
+                "nesterov": self.optimizer.param_groups[0]["nesterov"], "weight_decay": WEIGHT_DECAY,
+                "autocast_dtype": str(self.autocast_dtype).removeprefix("torch.") if self.autocast_dtype else None,
+                "variable_dtype": str(conv.weight.dtype).removeprefix("torch."),
+                "memory_format": "channels_last" if self.images.is_contiguous(
+                    memory_format=torch.channels_last) else "contiguous",
+                "compile": self.compiled,
+                "ddp": self.distributed,
+                "process_group_backend": torch.distributed.get_backend() if self.distributed else None,
+                "world_size": torch.distributed.get_world_size() if self.distributed else 1,
+                "intra_op_threads": torch.get_num_threads(),
+                "inter_op_threads": torch.get_num_interop_threads(),
+                "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
+                "conv_biases": any(m.bias is not None for m in self.model.modules()
+                                   if isinstance(m, torch.nn.Conv2d)),
+            })
+
+    def _device_name(self) -> str:
+        if self.device.type == "cuda":
+            return self.torch.cuda.get_device_name(self.device)
+        from accelbench.environment import cpu_model
+
+        return cpu_model()
+
+    def _warnings(self) -> list[str]:
+        if self.config.device != "cpu" or self.config.precision != "bf16":
+            return []
+        from accelbench.environment import cpu_flags
+
+        warning = bf16_emulation_warning(cpu_flags())
+        return [warning] if warning else []
+
+
+def _version(package: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""

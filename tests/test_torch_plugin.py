@@ -1,0 +1,79 @@
+"""torch_ref through the host, with tiny shapes on the CPU."""
+
+import importlib.util
+import json
+
+import pytest
+
+from accelbench import records, runner
+from accelbench.config import RunConfig
+from accelbench.registry import PluginHost
+from conftest import load_records, loss_falls, run_backend
+
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("PyTorch not installed (pip install accelbench[torch])", allow_module_level=True)
+pytestmark = pytest.mark.torch
+
+SMALL = dict(model="resnet_small", image_size=16, num_classes=10)
+
+
+def test_torch_trains_resnet50_with_the_reference_parameter_count():
+    record = run_backend("torch_ref", num_classes=1000, timed_steps=3, warmup_steps=1, global_batch=4)
+    assert record["status"] == "ok", record["reason"]
+    assert record["model"] == {"name": "resnet50", "variant": "v1.5"} and record["precision"] == "fp32"
+    settings = record["settings"]
+    # the TF and MXNet plugins' ResNet-50 has exactly these trainable parameters
+    assert settings["parameters"] == 25_557_032 and settings["conv_biases"] is False
+    assert settings["memory_format"] == "channels_last" and settings["autocast_dtype"] is None
+    assert settings["variable_dtype"] == "float32" and settings["frameworks_loaded"] == ["torch", "torchvision"]
+    assert settings["intra_op_threads"] == record["config"]["threads"]
+    assert record["framework"]["name"] == "pytorch" and record["framework"]["version"].startswith("2.")
+    assert record["throughput"]["images_per_sec"] == pytest.approx(4 * 3 / record["throughput"]["wall_time_s"])
+
+
+def test_torch_loss_falls_on_fixed_data():
+    record = run_backend("torch_ref", timed_steps=25, warmup_steps=0, **SMALL)
+    assert record["status"] == "ok", record["reason"]
+    assert record["model"] == {"name": "resnet_small", "variant": None}
+    assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+
+
+def test_torch_bf16_is_autocast_and_fp16_needs_a_gpu():
+    bf16 = run_backend("torch_ref", precision="bf16", **SMALL)
+    assert bf16["status"] == "ok", bf16["reason"]
+    assert bf16["precision"] == "bf16" and bf16["settings"]["autocast_dtype"] == "bfloat16"
+    assert bf16["settings"]["variable_dtype"] == "float32"  # autocast: fp32 weights, bf16 compute
+    fp16 = run_backend("torch_ref", precision="fp16", **SMALL)
+    assert fp16["status"] == "unavailable" and "needs a GPU" in fp16["reason"]
+
+
+def test_torch_two_workers_on_ddp_keep_identical_weights():
+    refs = PluginHost().select(["torch_ref"])
+    config = RunConfig(workers=2, per_device_batch=4, warmup_steps=1, timed_steps=5, timeout_s=240, **SMALL)
+    baseline, merged = runner.execute(runner.plan(refs, config), records.check_all)
+    assert baseline["status"] == merged["status"] == "ok", merged["reason"]
+    dist = merged["distributed"]
+    assert dist["engine"] == "torch_distributed" and dist["workers"] == 2
+    assert merged["settings"]["process_group_backend"] == "gloo" and merged["settings"]["world_size"] == 2
+    checksums = [w["final"]["weights_checksum"] for w in dist["per_worker"]]
+    assert checksums[0] == checksums[1]
+    assert merged["throughput"]["images"] == 2 * 4 * 5
+    assert dist["scaling_efficiency"] == pytest.approx(
+        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow not installed")
+def test_torch_and_tensorflow_records_of_one_config_compare(accelbench_cli, tmp_path):
+    out = tmp_path / "r.json"
+    done = accelbench_cli("run", "--plugin", "torch_ref", "--plugin", "tf_benchmarks", "--variant", "v1.5",
+                          "--image-size", "32", "--num-classes", "10", "--global-batch", "4", "--warmup-steps", "2",
+                          "--timed-steps", "4", "--trials", "2", "-o", str(out), timeout=600)
+    assert done.returncode == 0, done.stderr
+    torch_record, tf_record = load_records(out)
+    # FLOPs counted on each framework's own model: the same ResNet-50 v1.5, so the same count
+    assert torch_record["flops"]["per_image"] == tf_record["flops"]["per_image"]
+    compared = accelbench_cli("compare", str(out), "--json")
+    assert compared.returncode == 0, compared.stderr
+    [pair] = json.loads(compared.stdout)["comparisons"]
+    assert {pair["a"], pair["b"]} == {"torch_ref:resnet50", "tf_benchmarks:resnet50"}
+    assert pair["analysis"].startswith("paired")
