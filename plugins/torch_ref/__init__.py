@@ -54,7 +54,8 @@ class TorchResNet50(RunBackend):
         batch_semantics="per_device", default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
         options={"compile": "torch.compile the model (default false)",
-                 "nesterov": "Nesterov momentum (default false, as the torchvision reference)"})
+                 "nesterov": "Nesterov momentum (default false, as the torchvision reference)"},
+        data_format="imagefolder")
     engine = TorchDistributedEngine()
 
     def check(self, config: RunConfig) -> str | None:
@@ -69,6 +70,23 @@ class TorchResNet50(RunBackend):
         from . import training
 
         self.run = training.TorchRun(config)
+        return self.run.prepared()
+
+    # train mode (accelbench.training): an image folder through torchvision, core's recipe
+    def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
+        from . import dataset
+
+        return dataset.write_imagefolder(examples, stem)
+
+    def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
+        from . import dataset
+
+        return dataset.read_imagefolder(files)
+
+    def prepare_training(self, config: RunConfig, dataset: dict) -> Prepared:
+        from . import dataset as data
+
+        self.run = data.TorchDatasetRun(config, dataset)
         return self.run.prepared()
 
     def teardown(self) -> dict:

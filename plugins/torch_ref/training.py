@@ -36,7 +36,7 @@ def device_problem(config: RunConfig) -> str | None:
     return None
 
 
-def resnet_small(torch, num_classes: int):
+def resnet_small(torch, num_classes: int, channels: int = 3):
     """The layers of ``model_specs`` (Gluon's thumbnail ResNetV1 with basic blocks): a 3x3 stem
     convolution without pooling, basic residual blocks, global pooling, linear logits."""
     nn = torch.nn
@@ -58,7 +58,7 @@ def resnet_small(torch, num_classes: int):
             y = torch.relu(self.bn1(self.conv1(x)))
             return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
 
-    layers = [nn.Conv2d(3, SMALL_CHANNELS[0], 3, 1, 1, bias=False)]
+    layers = [nn.Conv2d(channels, SMALL_CHANNELS[0], 3, 1, 1, bias=False)]
     in_channels = SMALL_CHANNELS[0]
     for stage, (blocks, channels) in enumerate(zip(SMALL_LAYERS, SMALL_CHANNELS[1:])):
         for block in range(blocks):
@@ -68,17 +68,20 @@ def resnet_small(torch, num_classes: int):
     return nn.Sequential(*layers)
 
 
-def build_model(torch, config: RunConfig):
+def build_model(torch, config: RunConfig, channels: int = 3):
     if config.model == "resnet_small":
-        return resnet_small(torch, config.num_classes)
+        return resnet_small(torch, config.num_classes, channels)
     import torchvision
 
     # torchvision's ResNet-50 is v1.5 (stride 2 in each downsampling block's 3x3) and its
     # convolutions have no bias: the same 25,557,032 parameters as the TF and MXNet plugins'
-    return torchvision.models.resnet50(weights=None, num_classes=config.num_classes)
+    model = torchvision.models.resnet50(weights=None, num_classes=config.num_classes)
+    if channels != 3:
+        model.conv1 = torch.nn.Conv2d(channels, 64, 7, 2, 3, bias=False)
+    return model
 
 
-def forward_macs(torch, model, image_size: int, device) -> int:
+def forward_macs(torch, model, image_size: int, device, channels: int = 3) -> int:
     """Multiply-adds of one image's forward pass, counted on the model's conv and linear layers
     during one forward pass (hooks read each layer's output shape)."""
     nn, total = torch.nn, [0]
@@ -94,7 +97,7 @@ def forward_macs(torch, model, image_size: int, device) -> int:
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        model(torch.zeros(1, 3, image_size, image_size, device=device))
+        model(torch.zeros(1, channels, image_size, image_size, device=device))
     model.train(was_training)
     for hook in hooks:
         hook.remove()
@@ -112,8 +115,8 @@ class TorchRun:
         self.device = self._device()
         if self.distributed:
             torch.distributed.init_process_group("nccl" if config.device == "gpu" else "gloo", init_method="env://")
-        model = build_model(torch, config).to(self.device, memory_format=torch.channels_last)
-        self.flops_per_image = training_flops(forward_macs(torch, model, config.image_size, self.device))
+        model = build_model(torch, config, self.channels).to(self.device, memory_format=torch.channels_last)
+        self.flops_per_image = training_flops(forward_macs(torch, model, config.image_size, self.device, self.channels))
         self.parameters = sum(p.numel() for p in model.parameters())
         self.model = self.net = model
         if self.distributed:
@@ -127,6 +130,15 @@ class TorchRun:
         self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
         self.images, self.labels = self._synthetic()
 
+    @property
+    def channels(self) -> int:
+        return 3
+
+    def _recipe(self) -> dict:
+        """momentum, nesterov, weight decay and the learning rate (train mode: core's recipe)."""
+        return {"momentum": MOMENTUM, "nesterov": bool(self.config.options.get("nesterov", False)),
+                "weight_decay": WEIGHT_DECAY, "learning_rate": BASE_LEARNING_RATE * self.config.global_batch / 256}
+
     def _device(self):
         torch = self.torch
         if self.config.device == "gpu":
@@ -137,12 +149,12 @@ class TorchRun:
 
     def _optimizer(self):
         # weight decay on conv and linear weights only, never on batch-norm parameters or biases
+        recipe = self.recipe = self._recipe()
         decayed = [p for p in self.model.parameters() if p.ndim > 1]
         others = [p for p in self.model.parameters() if p.ndim <= 1]
-        lr = BASE_LEARNING_RATE * self.config.global_batch / 256
-        return self.torch.optim.SGD([{"params": decayed, "weight_decay": WEIGHT_DECAY},
-                                     {"params": others, "weight_decay": 0.0}], lr=lr, momentum=MOMENTUM,
-                                    nesterov=bool(self.config.options.get("nesterov", False)))
+        return self.torch.optim.SGD([{"params": decayed, "weight_decay": recipe["weight_decay"]},
+                                     {"params": others, "weight_decay": 0.0}], lr=recipe["learning_rate"],
+                                    momentum=recipe["momentum"], nesterov=recipe["nesterov"])
 
     def _synthetic(self):
         """Images and labels made once on the device (each worker its own), reused every step."""
@@ -154,12 +166,19 @@ class TorchRun:
         labels = torch.randint(0, cfg.num_classes, (cfg.per_device_batch,), generator=generator, device=self.device)
         return images, labels
 
+    def _autocast(self):
+        return self.torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
+
     def step(self) -> float:
+        return self._step(self.images, self.labels)
+
+    def _step(self, images, labels) -> float:
         torch = self.torch
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            logits = self.net(self.images)
-        loss = torch.nn.functional.cross_entropy(logits.float(), self.labels)  # fp32 loss
+        with self._autocast():
+            logits = self.net(images)
+        smoothing = (self.config.train or {}).get("label_smoothing", 0.0)
+        loss = torch.nn.functional.cross_entropy(logits.float(), labels, label_smoothing=smoothing)  # fp32 loss
         if self.scaler:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -194,11 +213,12 @@ class TorchRun:
                 "torchvision": _version("torchvision"),
                 "parameters": self.parameters,
                 "optimizer": "SGD" + (" + GradScaler" if self.scaler else ""),
-                "learning_rate": self.optimizer.param_groups[0]["lr"], "momentum": MOMENTUM,
-                "nesterov": self.optimizer.param_groups[0]["nesterov"], "weight_decay": WEIGHT_DECAY,
+                "learning_rate": self.optimizer.param_groups[0]["lr"], "momentum": self.optimizer.param_groups[0]["momentum"],
+                "nesterov": self.optimizer.param_groups[0]["nesterov"],
+                "weight_decay": self.optimizer.param_groups[0]["weight_decay"],
                 "autocast_dtype": str(self.autocast_dtype).removeprefix("torch.") if self.autocast_dtype else None,
                 "variable_dtype": str(conv.weight.dtype).removeprefix("torch."),
-                "memory_format": "channels_last" if self.images.is_contiguous(
+                "memory_format": "channels_last" if conv.weight.is_contiguous(
                     memory_format=torch.channels_last) else "contiguous",
                 "compile": self.compiled,
                 "ddp": self.distributed,
