@@ -13,7 +13,8 @@ from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
 
 HAS = {"tf_benchmarks": importlib.util.find_spec("tensorflow") is not None,
-       "mxnet_ngc": importlib.util.find_spec("mxnet") is not None}
+       "mxnet_ngc": importlib.util.find_spec("mxnet") is not None,
+       "torch_ref": importlib.util.find_spec("torch") is not None}
 BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not HAS[name], reason=f"{name}'s framework missing"))
             for name in HAS]
 TINY = dict(image_size=32, num_classes=10, warmup_steps=2, timed_steps=6, timeout_s=240)
@@ -23,12 +24,19 @@ def test_local_plans_use_loopback_and_free_ports():
     # the engines are the plugins' (core names none); neither module imports its framework
     from accelbench.plugins.mxnet_ngc.engine import DmlcPsEngine
     from accelbench.plugins.tf_common import TfConfigEngine
+    from accelbench.plugins.torch_ref import TorchDistributedEngine
 
     tf = launch.plan_local(TfConfigEngine(), 2)
     configs = [json.loads(env["TF_CONFIG"]) for env in tf.worker_envs]
     assert [c["task"]["index"] for c in configs] == [0, 1]
     addresses = configs[0]["cluster"]["worker"]
     assert len(set(addresses)) == 2 and all(a.startswith("127.0.0.1:") for a in addresses)
+    torch = launch.plan_local(TorchDistributedEngine(), 2)
+    assert [(env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) for env in torch.worker_envs] == [("0", "2", "0"), ("1", "2", "1")]
+    for env in torch.worker_envs:  # nothing beyond loopback: gloo on lo, rendezvous through a file
+        assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
+        assert env["ACCELBENCH_TORCH_INIT_METHOD"] == torch.worker_envs[0]["ACCELBENCH_TORCH_INIT_METHOD"]
+        assert env["ACCELBENCH_TORCH_INIT_METHOD"].startswith("file:///")
     mx = launch.plan_local(DmlcPsEngine(), 2)
     assert [role for role, _ in mx.services] == ["scheduler", "server"]
     for env in mx.worker_envs + [env for _, env in mx.services]:

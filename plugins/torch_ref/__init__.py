@@ -11,6 +11,9 @@ Written only against the public plugin API; PyTorch is imported only in the work
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import accelbench
 from accelbench import BackendInfo, Prepared, RunConfig
 from accelbench.backend import RunBackend
@@ -18,6 +21,8 @@ from accelbench.errors import UsageError
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "1.0.0"
+#: the worker's ``init_process_group`` method: a file for local runs, else ``env://``
+INIT_METHOD_VARIABLE = "ACCELBENCH_TORCH_INIT_METHOD"
 
 
 class TorchDistributedEngine(Engine):
@@ -28,7 +33,12 @@ class TorchDistributedEngine(Engine):
     description = "torch.distributed env:// rendezvous (MASTER_ADDR/PORT, RANK, WORLD_SIZE) for DDP"
 
     def local(self, cluster: LocalCluster) -> LaunchPlan:
-        master = {"MASTER_ADDR": cluster.host, "MASTER_PORT": str(cluster.free_port())}
+        # Nothing beyond loopback: gloo's connections on "lo" (it picks the hostname's interface
+        # unless told), and the rendezvous through a file, since PyTorch's TCPStore server listens
+        # on every interface whatever MASTER_ADDR says. torch removes the file when the job ends.
+        store = os.path.join(tempfile.mkdtemp(prefix="accelbench-torch-"), "store")
+        master = {"MASTER_ADDR": cluster.host, "MASTER_PORT": str(cluster.free_port()), "GLOO_SOCKET_IFNAME": "lo",
+                  INIT_METHOD_VARIABLE: f"file://{store}"}
         return LaunchPlan(self.name, cluster.workers,
                           [rank_env(master, rank, cluster.workers, rank) for rank in range(cluster.workers)])
 

@@ -114,7 +114,10 @@ class TorchRun:
         self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         self.device = self._device()
         if self.distributed:
-            torch.distributed.init_process_group("nccl" if config.device == "gpu" else "gloo", init_method="env://")
+            torch.distributed.init_process_group(
+                "nccl" if config.device == "gpu" else "gloo", rank=int(os.environ["RANK"]),
+                world_size=int(os.environ["WORLD_SIZE"]),
+                init_method=os.environ.get("ACCELBENCH_TORCH_INIT_METHOD", "env://"))
         model = build_model(torch, config, self.channels).to(self.device, memory_format=torch.channels_last)
         self.flops_per_image = training_flops(forward_macs(torch, model, config.image_size, self.device, self.channels))
         self.parameters = sum(p.numel() for p in model.parameters())
@@ -197,8 +200,21 @@ class TorchRun:
             return float(sum(p.double().sum().item() for p in self.model.parameters()))
 
     def close(self) -> None:
-        if self.distributed and self.torch.distributed.is_initialized():
-            self.torch.distributed.destroy_process_group()
+        dist = self.torch.distributed
+        if not (self.distributed and dist.is_initialized()):
+            return
+        dist.barrier()  # every rank is done with the store before rank 0 removes it
+        rank = dist.get_rank()
+        dist.destroy_process_group()
+        method = os.environ.get("ACCELBENCH_TORCH_INIT_METHOD", "")
+        if rank == 0 and method.startswith("file://"):
+            store = method.removeprefix("file://")
+            for remove in (os.remove, os.rmdir):
+                try:
+                    remove(store)
+                except OSError:
+                    pass
+                store = os.path.dirname(store)
 
     def prepared(self) -> Prepared:
         torch = self.torch
