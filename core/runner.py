@@ -89,6 +89,8 @@ class Worker:
         self.timeout_s = timeout_s or config.timeout_s
         self.deadline = time.monotonic() + self.timeout_s
         self.phase = "start"
+        #: a command was sent and its answer has not come: the worker cannot read "exit" now
+        self.busy = False
 
     def call(self, command: str, *args: Any, on_progress: Callable[[str, int, int], None] | None = None) -> Any:
         """Send a command and wait for its answer; WorkerFailure on error, death or timeout."""
@@ -99,7 +101,7 @@ class Worker:
                 return answer
 
     def send(self, command: str, *args: Any) -> None:
-        self.phase = command
+        self.phase, self.busy = command, True
         self.conn.send((command, *args))
 
     def take(self, message: tuple, on_progress: Callable[[str, int, int], None] | None = None) -> tuple[bool, Any]:
@@ -108,6 +110,7 @@ class Worker:
             if on_progress:
                 on_progress(*message[1:])
             return False, None
+        self.busy = False
         if message[0] == "ok":
             return True, message[1]
         _, kind, text = message
@@ -147,9 +150,12 @@ class Worker:
                 pass
 
     def close(self) -> None:
-        self.request_exit()
-        if self.process.poll() is None:
-            self.wait_exit(10)
+        """Let an idle worker exit on its own (a framework may flush or leave a job); a worker
+        still in a phase (interrupted, failed peer) cannot read the request and is killed now."""
+        if not self.busy:
+            self.request_exit()
+            if self.process.poll() is None:
+                self.wait_exit(10)
         self.kill()
         self.conn.close()
 
