@@ -7,6 +7,7 @@ slows down steadily. Two backends of identical true speed must then still compar
 
 import json
 import math
+import re
 import time
 
 import numpy as np
@@ -131,9 +132,11 @@ def test_until_decided_stops_as_soon_as_the_answer_is_known(accelbench_cli, tmp_
     block = records[0]["schedule"]
     assert block["stop_reason"].startswith("decided: ") and "outside" in block["stop_reason"]
     assert block["stop_rule"] == "every comparison decided at ±3.0%"
-    assert "97.50% CI at look 1" in block["stop_reason"] or "99.17% CI at look 2" in block["stop_reason"]
-    # two rounds give the first interval; near-identical rounds make it narrow at once
-    assert block["rounds"] == len(records[0]["trials"]) == len(records[1]["trials"]) <= 3
+    # the first look comes after two rounds, then one per round: it stopped at the look that
+    # decided, within a few (0.1 s trials on a shared 2-core machine vary by a few %)
+    look = int(re.search(r"CI at look (\d+)", block["stop_reason"]).group(1))
+    assert look <= 4
+    assert block["rounds"] == len(records[0]["trials"]) == len(records[1]["trials"]) == look + 1
     assert "stopped: decided" in result.stdout and "outside" in result.stdout
 
 
