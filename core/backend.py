@@ -224,8 +224,9 @@ class Backend:
 
 class RunBackend(Backend):
     """A backend whose ``prepare`` (or ``prepare_training``) builds ``self.run``, an object with
-    ``step()`` (or ``train_step`` and ``evaluate``) and ``weights_checksum()``; stepping,
-    evaluation and teardown delegate to it."""
+    ``step()`` (or ``train_step`` and ``evaluate``), ``weights_checksum()`` and optionally
+    ``close()`` (e.g. leaving a distributed job, which peers wait for); stepping, evaluation and
+    teardown delegate to it."""
 
     def step(self) -> float | None:
         return self.run.step()
@@ -238,5 +239,7 @@ class RunBackend(Backend):
 
     def teardown(self) -> dict[str, Any]:
         final = {"weights_checksum": self.run.weights_checksum()}
+        if hasattr(self.run, "close"):
+            self.run.close()
         del self.run
         return final
