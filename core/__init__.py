@@ -3,8 +3,8 @@
 The public face for plugin authors: ``hookimpl``, the backend protocol and ``RunConfig``.
 """
 
-from .backend import Backend, BackendInfo, Prepared
+from .backend import Backend, BackendInfo, Option, Prepared
 from .config import RunConfig
 from .hookspecs import hookimpl
 
-__all__ = ["Backend", "BackendInfo", "Prepared", "RunConfig", "hookimpl"]
+__all__ = ["Backend", "BackendInfo", "Option", "Prepared", "RunConfig", "hookimpl"]

@@ -25,6 +25,7 @@ The epoch loop, learning-rate schedule and stopping rule are core's (``accelbenc
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,50 @@ def training_flops(forward_macs: int) -> float:
 #: what a declared name may look like (model, variant, precision, device kind, data format, engine):
 #: the result schema's ``identifier``
 IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+
+
+OPTION_KINDS = ("any", "bool", "int", "float", "str")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A backend option (``--option KEY=VALUE``): its meaning and the values it accepts.
+
+    The host checks a value against its declaration before any worker starts, so a bad value is
+    the user's one-line usage error (exit 2), not an ``unavailable`` record after a worker ran.
+    Values arrive parsed as JSON where they parse (``2``, ``true``), else as strings.
+    """
+
+    description: str
+    #: "bool", "int", "float", "str", or "any" (not checked)
+    kind: str = "any"
+    #: the only values accepted, when not empty
+    choices: tuple = ()
+    #: the smallest number accepted (int and float kinds)
+    minimum: float | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not accepted, or None."""
+        if self.choices:
+            return None if value in self.choices else f"must be one of {', '.join(map(str, self.choices))}, got {value!r}"
+        expected = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}.get(self.kind)
+        if expected is None:
+            return None
+        if not isinstance(value, expected) or (self.kind != "bool" and isinstance(value, bool)):
+            return f"must be {'an' if self.kind == 'int' else 'a'} {_KIND_WORDS[self.kind]}, got {value!r}"
+        if self.kind == "float" and not math.isfinite(value):
+            return f"must be a finite number, got {value!r}"
+        if self.minimum is not None and self.kind in ("int", "float") and value < self.minimum:
+            return f"must be at least {self.minimum:g}, got {value!r}"
+        return None
+
+
+_KIND_WORDS = {"bool": "boolean (true or false)", "int": "integer", "float": "number", "str": "string"}
+
+
+def option_spec(declared: "str | Option") -> Option:
+    """A declaration as an Option (a plain description accepts any value)."""
+    return declared if isinstance(declared, Option) else Option(str(declared))
 
 
 @dataclass(frozen=True)
@@ -74,8 +119,9 @@ class BackendInfo:
     default_batch: dict[str, int] = field(default_factory=lambda: {"cpu": 8})
     version: str = "0"
     description: str = ""
-    #: backend-specific ``config.options`` keys this backend understands, with their meaning
-    options: dict[str, str] = field(default_factory=dict)
+    #: backend-specific ``config.options`` keys this backend understands: an ``Option`` (meaning
+    #: and accepted values, checked by the host) or just its meaning (any value accepted)
+    options: dict[str, "str | Option"] = field(default_factory=dict)
     #: the dataset format this backend trains from in train mode, if any (a name of the plugin's)
     data_format: str | None = None
 
@@ -103,8 +149,11 @@ class BackendInfo:
         if not isinstance(self.default_batch, dict) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.default_batch.values()):
             found.append("default_batch must map device kinds to positive integers")
-        if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
-            found.append("options must map option names to their descriptions")
+        if not isinstance(self.options, dict) or not all(
+                isinstance(k, str) and isinstance(v, (str, Option)) for k, v in self.options.items()):
+            found.append("options must map option names to an accelbench.Option or a description")
+        elif any(option_spec(v).kind not in OPTION_KINDS for v in self.options.values()):
+            found.append(f"an option's kind must be one of {', '.join(OPTION_KINDS)}")
         if self.data_format is not None:
             found += _name_problems("data_format", [self.data_format])
         return found

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import config as configuration
 from . import datasets, environment, training
-from .backend import BackendInfo
+from .backend import BackendInfo, option_spec
 from .config import RunConfig
 from .errors import UsageError
 from .records import TrialOutcome
@@ -32,6 +32,7 @@ class Plan:
 def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
     """Resolve every (backend, sweep point) up front, so bad input fails before anything runs."""
     _refuse_unknown_options(refs, config)
+    _refuse_bad_option_values(refs, config)
     _refuse_unoffered(refs, config)
     counts = environment.device_counts()
     dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
@@ -88,6 +89,16 @@ def _refuse_unknown_options(refs: list[BackendRef], config: RunConfig) -> None:
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r} for the selected backends "
                          f"(known: {', '.join(sorted(known)) or 'none'})")
+
+
+def _refuse_bad_option_values(refs: list[BackendRef], config: RunConfig) -> None:
+    """Each value against every selected backend's declaration of its key."""
+    for key, value in config.options.items():
+        for ref in refs:
+            declared = ref.backend.describe().options.get(key)
+            problem = option_spec(declared).problem(value) if declared is not None else None
+            if problem:
+                raise UsageError(f"--option {key}: {problem} ({ref.id})")
 
 
 def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:

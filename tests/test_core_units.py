@@ -160,3 +160,21 @@ def test_every_run_config_field_is_declared_once():
     train_options = {p.name: p for p in cli.train.params}
     assert {name for name in cli.TRAIN_RUN_FLAGS} <= set(train_options)
     assert train_options["precision"].help == declared["precision"].metadata["flag"].help
+
+
+def test_option_declarations_accept_and_refuse_values():
+    from accelbench import Option
+
+    steps = Option("steps", kind="int", minimum=1)
+    assert steps.problem(3) is None
+    assert steps.problem(0) == "must be at least 1, got 0"
+    assert steps.problem(True) == "must be an integer, got True"  # a bool is not an int here
+    assert Option("rate", kind="float").problem(float("nan")) == "must be a finite number, got nan"
+    assert Option("rate", kind="float").problem(2) is None
+    assert Option("store", choices=("a", "b")).problem("c") == "must be one of a, b, got 'c'"
+    assert Option("anything").problem([1, "x"]) is None
+    info = BackendInfo(name="b", framework="f", requires=(), models=("m",),
+                       options={"x": Option("x", kind="complex"), "y": 3})
+    assert "options must map option names to an accelbench.Option or a description" in info.problems()
+    info = BackendInfo(name="b", framework="f", requires=(), models=("m",), options={"x": Option("x", kind="complex")})
+    assert any("kind must be one of" in p for p in info.problems())

@@ -51,6 +51,13 @@ BAD_INPUTS = [
     (["report", "{tmp}/nan.json", "--out", "{tmp}/rep"], "NaN is not a number JSON allows"),
     (["train", "--target-top1", "nan"], "'--target-top1': 'nan' is not a finite number"),
     (["train", "--target-top1", "1.5", "-o", "{tmp}/t.json"], "--target-top1 must be in (0, 1], got 1.5"),
+    # backend options are checked against each backend's typed declaration (accelbench.Option)
+    (["run", "--plugin", "tpu_official", "--option", "steps_per_loop=-1"],
+     "--option steps_per_loop: must be at least 1, got -1 (tpu_official:resnet50)"),
+    (["run", "--plugin", "tpu_official", "--option", "steps_per_loop=2.5"], "--option steps_per_loop: must be an integer, got 2.5"),
+    (["run", "--plugin", "mxnet_ngc", "--option", "kvstore=nccl"], "--option kvstore: must be one of device, local, got 'nccl'"),
+    (["run", "--plugin", "torch_ref", "--option", "compile=yes"], "--option compile: must be a boolean (true or false), got 'yes'"),
+    (["run", "--plugin", "tf_benchmarks", "--option", "jit=1"], "unknown option 'jit' for the selected backends"),
 ]
 
 

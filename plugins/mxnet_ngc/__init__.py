@@ -9,7 +9,7 @@ worker (``training.py``).
 from __future__ import annotations
 
 import accelbench
-from accelbench import BackendInfo, Prepared, RunConfig
+from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.backend import RunBackend
 from accelbench.plugins.model_specs import RESNET50_VARIANTS
 
@@ -24,7 +24,7 @@ class NgcResNet50(RunBackend):
         variants={"resnet50": RESNET50_VARIANTS}, precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
         batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
         version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
-        options={"kvstore": "kvstore across contexts: device (default) or local"}, data_format="recordio")
+        options={"kvstore": Option("kvstore across contexts: device (default) or local", choices=("device", "local"))}, data_format="recordio")
     engine = DmlcPsEngine()
 
     def check(self, config: RunConfig) -> str | None:

@@ -8,7 +8,7 @@ same measurement on TensorFlow 2.21 (Keras 2 via tf-keras; see ``tf_common``).
 from __future__ import annotations
 
 import accelbench
-from accelbench import BackendInfo, RunConfig
+from accelbench import BackendInfo, Option, RunConfig
 
 from ..model_specs import RESNET50_VARIANTS
 from ..tf_common import Recipe, TfBackend
@@ -26,7 +26,7 @@ class TfCnnResNet50(TfBackend):
         # the study's 4xV100 TensorFlow run used batch 1024 = 256 per GPU
         default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
-        options={"jit_compile": "compile the step with XLA (default false: slower on CPU)"},
+        options={"jit_compile": Option("compile the step with XLA (default false: slower on CPU)", kind="bool")},
         data_format="tfrecord")
     protocol = "tf_cnn_benchmarks"
 

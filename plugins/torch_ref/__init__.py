@@ -15,7 +15,7 @@ import os
 import tempfile
 
 import accelbench
-from accelbench import BackendInfo, Prepared, RunConfig
+from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.backend import RunBackend
 from accelbench.errors import UsageError
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
@@ -63,8 +63,8 @@ class TorchResNet50(RunBackend):
         # the reference recipe's --batch-size is per GPU (256 in NVIDIA's and MLPerf's ResNet-50)
         batch_semantics="per_device", default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
-        options={"compile": "torch.compile the model (default false)",
-                 "nesterov": "Nesterov momentum (default false, as the torchvision reference)"},
+        options={"compile": Option("torch.compile the model (default false)", kind="bool"),
+                 "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool")},
         data_format="imagefolder")
     engine = TorchDistributedEngine()
 

@@ -10,7 +10,7 @@ Model and step code are shared with tf_benchmarks (``accelbench.plugins.tf_commo
 from __future__ import annotations
 
 import accelbench
-from accelbench import BackendInfo, RunConfig
+from accelbench import BackendInfo, Option, RunConfig
 
 from ..tf_common import Recipe, TfBackend
 
@@ -28,16 +28,11 @@ class OfficialTpuResNet50(TfBackend):
         precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
         default_batch={"cpu": 8, "gpu": 1024, "tpu": 1024}, version=VERSION,
         description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
-        options={"steps_per_loop": "training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)",
-                 "tpu": "TPU name or address for TPUClusterResolver (default local)"},
+        options={"steps_per_loop": Option("training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)",
+                                          kind="int", minimum=1),
+                 "tpu": Option("TPU name or address for TPUClusterResolver (default local)", kind="str")},
         data_format="tfrecord")
     protocol = "official TPU ResNet-50 (iterations_per_loop)"
-
-    def check(self, config: RunConfig) -> str | None:
-        steps = steps_per_loop(config)
-        if not isinstance(steps, int) or steps < 1:
-            return f"steps_per_loop must be a positive integer, got {steps!r}"
-        return super().check(config)
 
     def recipe(self, config: RunConfig) -> Recipe:
         return Recipe(weight_decay=WEIGHT_DECAY, steps_per_call=steps_per_loop(config))
