@@ -67,9 +67,10 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
         pending = [c for c, (rank, _) in by_conn.items() if rank is None or rank not in answers]
         ready = wait(pending, timeout=max(0.0, deadline - time.monotonic()))
         if not ready:
-            late = ", ".join(str(r) for r in range(len(workers)) if r not in answers)
-            raise WorkerFailure("timeout", f"no result from worker rank(s) {late} within the "
-                                           f"{workers[0].timeout_s:g} s timeout (during {command})")
+            late = [rank for rank in range(len(workers)) if rank not in answers]
+            logs = ", ".join(workers[rank].name_log() for rank in late)
+            raise WorkerFailure("timeout", f"no result from worker rank(s) {', '.join(map(str, late))} within the "
+                                           f"{workers[0].timeout_s:g} s timeout (during {command}) [logs: {logs}]")
         for conn in ready:
             rank, process = by_conn[conn]
             _take(process, rank, answers, on_progress if rank == 0 else None)
@@ -81,9 +82,9 @@ def _take(process: Worker, rank: int | None, answers: dict[int, Any], on_progres
     try:
         done, answer = process.take(process.receive_now(), on_progress)
     except WorkerFailure as failure:
-        raise WorkerFailure(failure.status, f"{who}: {failure.reason} [log: {process.log_path}]") from None
+        raise WorkerFailure(failure.status, f"{who}: {failure.reason} [log: {process.name_log()}]") from None
     if rank is None:  # a service answering means it stopped serving while workers still need it
-        raise WorkerFailure("failed", f"{who} ended before the workers finished [log: {process.log_path}]")
+        raise WorkerFailure("failed", f"{who} ended before the workers finished [log: {process.name_log()}]")
     if done:
         answers[rank] = answer
 
@@ -96,7 +97,6 @@ def _finish_services(services: list[Worker]) -> None:
     for service in services:
         service.wait_exit(max(0.1, deadline - time.monotonic()))
         service.close()
-        service.discard_log()
 
 
 def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:

@@ -91,6 +91,9 @@ class Worker:
         self.phase = "start"
         #: a command was sent and its answer has not come: the worker cannot read "exit" now
         self.busy = False
+        #: a record names the log, so ``close`` keeps it; otherwise (success, refusal, an
+        #: interrupted run) nothing points at it and it is removed
+        self.log_named = False
 
     def call(self, command: str, *args: Any, on_progress: Callable[[str, int, int], None] | None = None) -> Any:
         """Send a command and wait for its answer; WorkerFailure on error, death or timeout."""
@@ -125,7 +128,12 @@ class Worker:
 
     def keep_log(self, failure: WorkerFailure) -> WorkerFailure:
         """The failure, with the path of the worker's log (kept for the user) appended."""
-        return WorkerFailure(failure.status, f"{failure.reason} [worker log: {self.log_path}]")
+        return WorkerFailure(failure.status, f"{failure.reason} [worker log: {self.name_log()}]")
+
+    def name_log(self) -> str:
+        """The log's path, for a record that names it (so it is kept)."""
+        self.log_named = True
+        return self.log_path
 
     def discard_log(self) -> None:
         Path(self.log_path).unlink(missing_ok=True)
@@ -158,6 +166,8 @@ class Worker:
                 self.wait_exit(10)
         self.kill()
         self.conn.close()
+        if not self.log_named:
+            self.discard_log()
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -191,7 +201,6 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
     try:
         reason = handle.call("check")
         if reason:
-            handle.discard_log()
             return TrialOutcome("unavailable", reason)
         if config.mode == "train":
             prepared = handle.call("prepare_training")
@@ -201,7 +210,6 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
             prepared = handle.call("prepare")
             training, timing = None, handle.call("run", on_progress=on_progress)
         handle.call("teardown")
-        handle.discard_log()
         return TrialOutcome("ok", "", timing, prepared, training=training)
     except WorkerFailure as failure:
         failure = handle.keep_log(failure)
@@ -412,7 +420,6 @@ class BackendSession:
 
     def close(self) -> None:
         self.worker.close()
-        self.worker.discard_log()
 
 
 def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict:
@@ -456,7 +463,6 @@ class DatasetWriter:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
-            self.worker.discard_log()
 
 
 @contextlib.contextmanager

@@ -96,7 +96,8 @@ def alive(pid: int) -> bool:
 
 def start_with_a_hang(testplugins_path, tmp_path) -> tuple[subprocess.Popen, Path, set[int]]:
     out = tmp_path / "r.json"
-    env = dict(os.environ, PYTHONPATH=str(testplugins_path))
+    (tmp_path / "tmp").mkdir()  # the workers' logs go to the host's temp folder
+    env = dict(os.environ, PYTHONPATH=str(testplugins_path), TMPDIR=str(tmp_path / "tmp"))
     host = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--backend", "sleepy:fixed-time",
                              "--backend", "misbehaving:hangs", "--warmup-steps", "1", "--timed-steps", "3",
                              "--timeout", "120", "-o", str(out)], env=env, cwd=tmp_path,

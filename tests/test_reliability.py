@@ -130,6 +130,8 @@ def test_sigterm_stops_the_workers_and_keeps_finished_records(testplugins_path, 
     [record] = load_records(out)
     assert record["backend"]["name"] == "fixed-time" and record["status"] == "ok"
     assert not any(alive(pid) for pid in workers)
+    # no record points at the interrupted worker's log, so none is left behind
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_a_killed_host_takes_its_workers_with_it(testplugins_path, tmp_path):
