@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import datasets, environment, records
+from . import datasets, environment, netns, records
 from .config import RunConfig
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
@@ -66,13 +66,13 @@ class Worker:
     """
 
     def __init__(self, ref: BackendRef, config: RunConfig, timeout_s: float | None = None,
-                 env: dict[str, str] | None = None, label: str = "worker"):
+                 env: dict[str, str] | None = None, label: str = "worker", launcher: list[str] | None = None):
         self.label = label
         self.conn, child = multiprocessing.Pipe()
         fd, self.log_path = tempfile.mkstemp(prefix=f"accelbench-{ref.id.replace(':', '-')}-{label}-", suffix=".log")
         with os.fdopen(fd, "w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "accelbench.worker", str(child.fileno())],
+                [*(launcher or []), sys.executable, "-m", "accelbench.worker", str(child.fileno())],
                 pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env={**os.environ, **(env or {})})
         child.close()
@@ -345,20 +345,31 @@ def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None
     from . import launch, multiworker
 
     engine, cfg = ctx.ref.backend.engine, ctx.config
-    outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers), progress)
-    ctx.distributed = _distributed_block(engine.name, cfg, outcomes, 0, None)
+    namespace, network = netns.start()
+    try:
+        launcher = namespace.launcher() if namespace else []
+        outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers), progress,
+                                         launcher=launcher)
+    finally:
+        if namespace:
+            namespace.close()
+    ctx.distributed = _distributed_block(engine.name, cfg, outcomes, 0, None, network)
     return multiworker.merge(outcomes)
 
 
+#: a multi-host job's engine must be reachable from the other hosts: the network must be trusted
+MULTI_HOST_NETWORK = "the host's network (a multi-host job: its engine's ports are open to the other hosts)"
+
+
 def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome], first_rank: int,
-                       baseline: float | None) -> dict:
+                       baseline: float | None, network: str) -> dict:
     """The record's ``distributed`` block; ``records.build`` adds the scaling efficiency."""
     from . import multiworker
 
     per_worker_batch = cfg.per_device_batch * cfg.device_count
     return {"engine": engine, "workers": cfg.workers, "per_worker_batch": per_worker_batch,
             "per_worker": multiworker.per_worker(outcomes, per_worker_batch, first_rank),
-            "baseline_images_per_sec": baseline, "scaling_efficiency": None}
+            "baseline_images_per_sec": baseline, "scaling_efficiency": None, "network": network}
 
 
 def _trial_progress(ctx: RunContext, trial: int, observer: RunObserver):
@@ -429,7 +440,8 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict
 
     outcomes = multiworker.run_trial(ref, config, launch_plan)
     ctx = RunContext(ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)])
-    ctx.distributed = _distributed_block(ref.backend.engine.name, config, outcomes, rank, None)
+    ctx.distributed = _distributed_block(ref.backend.engine.name, config, outcomes, rank, None,
+                                         MULTI_HOST_NETWORK)
     return build(ctx)
 
 

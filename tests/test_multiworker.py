@@ -2,13 +2,14 @@
 weights across workers, scaling efficiency, and a killed worker ending the run cleanly."""
 
 import importlib.util
+import ipaddress
 import json
 import os
 import time
 
 import pytest
 
-from accelbench import launch, multiworker, records, runner
+from accelbench import launch, multiworker, netns, records, runner
 from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
 
@@ -53,6 +54,7 @@ def test_two_workers_merge_into_one_record_with_identical_weights(plugin):
     assert baseline["config"]["workers"] == 1 and baseline["batch"]["global"] == 4
     dist = merged["distributed"]
     assert dist["workers"] == 2 and dist["per_worker_batch"] == 4
+    assert dist["network"] == netns.ISOLATED or dist["network"].startswith("the host's network (no private")
     assert merged["batch"]["global"] == 2 * dist["per_worker_batch"] == 8
     checksums = [w["final"]["weights_checksum"] for w in dist["per_worker"]]
     assert checksums[0] == checksums[1]
@@ -62,6 +64,60 @@ def test_two_workers_merge_into_one_record_with_identical_weights(plugin):
     assert dist["baseline_images_per_sec"] == baseline["throughput"]["images_per_sec"]
     assert dist["scaling_efficiency"] == pytest.approx(
         merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket listening in the process's network namespace."""
+    found = set()
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{name}") as fh:
+            for line in fh.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A":  # LISTEN
+                    address, port = local.split(":")
+                    raw = bytes.fromhex(address)
+                    # /proc shows each 32-bit word in host (little-endian) order
+                    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                    found.add((str(ipaddress.ip_address(raw)), int(port, 16)))
+    return found
+
+
+def _interfaces(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/net/dev") as fh:
+        return {line.split(":")[0].strip() for line in fh.readlines()[2:]}
+
+
+@pytest.mark.parametrize("plugin", BACKENDS)
+def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin):
+    """TensorFlow's gRPC server binds 0.0.0.0 whatever TF_CONFIG says; in the run's private
+    namespace the only interface is loopback, so no engine is reachable from another machine."""
+    from accelbench import netns
+
+    namespace, network = netns.start()
+    if namespace is None:
+        pytest.skip(network)
+    [ref] = PluginHost().select([plugin])
+    [item] = runner.plan([ref], RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
+                                         **{**TINY, "timed_steps": 12}))
+    started, seen = [], {}
+
+    def look(phase, done, total):
+        for process in started[0]:
+            if process.process.poll() is None and process.process.pid not in seen:
+                pid = process.process.pid
+                seen[pid] = (_listening(pid), _interfaces(pid), os.readlink(f"/proc/{pid}/ns/net"))
+
+    try:
+        outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2),
+                                         on_progress=look, on_started=started.append, launcher=namespace.launcher())
+    finally:
+        namespace.close()
+    assert all(o.status == "ok" for o in outcomes), outcomes[0].reason
+    assert len(seen) == len(started[0])  # every worker and service looked at while it ran
+    for listening, interfaces, namespace_id in seen.values():
+        assert namespace_id != os.readlink("/proc/self/ns/net")
+        exposed = {(a, port) for a, port in listening if not ipaddress.ip_address(a).is_loopback}
+        assert not exposed or interfaces == {"lo"}, (exposed, interfaces)
 
 
 def _alive(pid: int) -> bool:
