@@ -144,12 +144,51 @@ def make_strategy(tf, config: RunConfig):
     if config.device == "tpu":
         return tf.distribute.TPUStrategy(connect_tpu(tf, config))
     if config.workers > 1:  # the launch layer set TF_CONFIG: collective all-reduce across workers
+        configure_coordination(tf, config)
         return tf.distribute.MultiWorkerMirroredStrategy()
     if config.device_count == 1:
         return tf.distribute.get_strategy()  # the default strategy: no replication overhead
     kind = "GPU" if config.device == "gpu" else "CPU"
     devices = [d.name for d in tf.config.list_logical_devices(kind)][:config.device_count]
     return tf.distribute.MirroredStrategy(devices=devices)
+
+
+def configure_coordination(tf, config: RunConfig) -> None:
+    """The coordination service MultiWorkerMirroredStrategy would configure, with a heartbeat
+    timeout of the run's own timeout instead of TensorFlow's 10 s: workers saturating a loaded
+    machine's cores miss 10 s of heartbeats ("heartbeat timeout" UNAVAILABLE), and a dead worker
+    is caught by the host at once anyway (its pipe closes)."""
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+    # the message class context.py configures the service with (its module moves between releases)
+    jobs = [context.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster.num_tasks(job))
+            for job in ("chief", "worker") if job in cluster.jobs]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(config.timeout_s * 1000))
+
+
+def coordination_settings(tf, config: RunConfig) -> dict[str, Any]:
+    """The coordination service's heartbeat timeout, read back from TensorFlow (multi-worker runs)."""
+    from tensorflow.python.eager import context
+
+    service = context.context().coordination_service if config.workers > 1 else None
+    if service is None:
+        return {}
+    return {"coordination_heartbeat_timeout_s": service.heartbeat_timeout_in_ms / 1000}
+
+
+def onednn_setting() -> str:
+    """Whether TensorFlow runs its oneDNN ops, read back from TensorFlow (which decides from
+    TF_ENABLE_ONEDNN_OPTS and, when unset, from the CPU: 2.21 turns it on by default only with
+    AVX-512 VNNI/bf16 or AMX)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    asked = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    source = f"TF_ENABLE_ONEDNN_OPTS={asked}" if asked is not None else "TensorFlow's default on this CPU"
+    return f"{'on' if _pywrap_util_port.IsMklEnabled() else 'off'} ({source})"
 
 
 def build_model(keras, config: RunConfig, channels: int = 3):
@@ -356,7 +395,8 @@ class TrainingRun:
                 "devices": list(devices),
                 "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                 "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-                "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on for x86 Linux)"),
+                "onednn": onednn_setting(),
+                **coordination_settings(tf, self.config),
                 "data_format": "channels_last",
                 "conv_biases": any(layer.use_bias for layer in self.model.layers
                                    if type(layer).__name__ == "Conv2D"),

@@ -55,6 +55,8 @@ def test_two_workers_merge_into_one_record_with_identical_weights(plugin):
     dist = merged["distributed"]
     assert dist["workers"] == 2 and dist["per_worker_batch"] == 4
     assert dist["network"] == netns.ISOLATED or dist["network"].startswith("the host's network (no private")
+    if plugin == "tf_benchmarks":  # the coordination service waits for heartbeats as long as the run
+        assert merged["settings"]["coordination_heartbeat_timeout_s"] == TINY["timeout_s"]
     assert merged["batch"]["global"] == 2 * dist["per_worker_batch"] == 8
     checksums = [w["final"]["weights_checksum"] for w in dist["per_worker"]]
     assert checksums[0] == checksums[1]
@@ -118,6 +120,26 @@ def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin):
         assert namespace_id != os.readlink("/proc/self/ns/net")
         exposed = {(a, port) for a, port in listening if not ipaddress.ip_address(a).is_loopback}
         assert not exposed or interfaces == {"lo"}, (exposed, interfaces)
+
+
+@pytest.mark.skipif(not HAS["tf_benchmarks"], reason="TensorFlow missing")
+def test_tensorflow_two_workers_survive_a_cpu_hog():
+    """Both workers saturating the cores beside a busy loop once missed TensorFlow's 10 s
+    coordination heartbeat ("heartbeat timeout" UNAVAILABLE)."""
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        refs = PluginHost().select(["tf_benchmarks"])
+        [record] = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
+                                                               **{**TINY, "timed_steps": 4})), records.check_all)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert record["status"] == "ok", record["reason"]
+    assert record["settings"]["coordination_heartbeat_timeout_s"] == TINY["timeout_s"]
 
 
 def _alive(pid: int) -> bool:

@@ -30,6 +30,14 @@ def test_tf_benchmarks_trains_and_records_fp32():
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
 
 
+@pytest.mark.parametrize("asked, used", [("0", "off"), ("1", "on")])
+def test_the_onednn_setting_is_read_back_from_tensorflow(monkeypatch, asked, used):
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", asked)  # the worker inherits the host's environment
+    record = run_backend("tf_benchmarks", timed_steps=2, warmup_steps=1)
+    assert record["status"] == "ok", record["reason"]
+    assert record["settings"]["onednn"] == f"{used} (TF_ENABLE_ONEDNN_OPTS={asked})"
+
+
 def test_tf_benchmarks_mirrored_over_two_logical_cpus():
     record = run_backend("tf_benchmarks", device="cpu", device_count=2, per_device_batch=4)
     assert record["status"] == "ok", record["reason"]
