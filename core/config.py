@@ -86,7 +86,8 @@ class RunConfig:
     timeout_s: float = field(default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "finite",
                                                            name="timeout"))
     memory_limit_mb: int | None = field(default=None, metadata=flag(
-        "Address-space limit for each worker process.", "int"))
+        "Resident-memory limit for each worker process and its children, watched by the host "
+        "(train mode: 3/4 of this machine's memory unless given).", "int"))
     options: dict[str, Any] = field(default_factory=dict)  # --option KEY=VALUE, parsed by cli.py
     #: "throughput" (synthetic data, the timing loop) or "train" (a real dataset, to a target top-1)
     mode: str = "throughput"

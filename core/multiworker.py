@@ -17,7 +17,7 @@ from .config import RunConfig
 from .launch import LaunchPlan
 from .records import TrialOutcome, trial_row
 from .registry import BackendRef
-from .runner import Worker, WorkerFailure
+from .runner import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
 
 SERVICE_EXIT_GRACE_S = 20
 
@@ -67,7 +67,12 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
     by_conn.update({s.conn: (None, s) for s in services if command != "teardown"})
     while len(answers) < len(workers):
         pending = [c for c, (rank, _) in by_conn.items() if rank is None or rank not in answers]
-        ready = wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        remaining = max(0.0, deadline - time.monotonic())
+        ready = wait(pending, timeout=min(remaining, MEMORY_CHECK_INTERVAL_S))
+        if not ready and remaining > MEMORY_CHECK_INTERVAL_S:
+            for rank, process in enumerate(workers):
+                _check_memory(process, rank)
+            continue
         if not ready:
             late = [rank for rank in range(len(workers)) if rank not in answers]
             logs = ", ".join(workers[rank].name_log() for rank in late)
@@ -77,6 +82,13 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
             rank, process = by_conn[conn]
             _take(process, rank, answers, on_progress if rank == 0 else None)
     return [answers[rank] for rank in range(len(workers))]
+
+
+def _check_memory(process: Worker, rank: int) -> None:
+    try:
+        process.check_memory()
+    except WorkerFailure as failure:
+        raise WorkerFailure(failure.status, f"worker rank {rank}: {failure.reason} [log: {process.name_log()}]") from None
 
 
 def _take(process: Worker, rank: int | None, answers: dict[int, Any], on_progress) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import config as configuration
-from . import datasets, environment, training
+from . import datasets, environment, memwatch, training
 from .backend import BackendInfo, option_spec
 from .config import RunConfig
 from .errors import UsageError
@@ -105,7 +105,11 @@ def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunC
     info = ref.backend.describe()
     device = pick_device(info.devices, config.device, counts)
     count = config.device_count or max(1, counts.get(device, 0))
-    return configuration.resolve(config, info, device, count)
+    resolved = configuration.resolve(config, info, device, count)
+    if resolved.mode == "train" and resolved.memory_limit_mb is None:
+        # a runaway input pipeline stops with a record, before the kernel's OOM killer picks a victim
+        resolved = resolved.replace(memory_limit_mb=memwatch.default_train_limit_mb())
+    return resolved
 
 
 def _resolve_for_record(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:

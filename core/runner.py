@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import datasets, environment, netns, records
+from . import datasets, environment, memwatch, netns, records
 from .config import RunConfig
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
@@ -29,6 +29,10 @@ from .registry import BackendRef, framework_modules
 from .schedule import MIN_DECIDING_ROUNDS, Schedule
 from .schedule import slots as schedule_slots
 from .timing import Timing
+
+#: how often the host looks at a working worker's resident memory (when it has a limit)
+MEMORY_CHECK_INTERVAL_S = 0.25
+
 
 class RunObserver:
     """What a run tells whoever watches it (the terminal, a log). Every method does nothing here;
@@ -87,6 +91,7 @@ class Worker:
             raise WorkerFailure("failed", f"the backend cannot be sent to its worker process: pickling it "
                                           f"raised {type(exc).__name__}: {exc}") from None
         self.timeout_s = timeout_s or config.timeout_s
+        self.memory_limit_mb = config.memory_limit_mb
         self.deadline = time.monotonic() + self.timeout_s
         self.phase = "start"
         #: a command was sent and its answer has not come: the worker cannot read "exit" now
@@ -130,6 +135,17 @@ class Worker:
         """The failure, with the path of the worker's log (kept for the user) appended."""
         return WorkerFailure(failure.status, f"{failure.reason} [worker log: {self.name_log()}]")
 
+    def check_memory(self) -> None:
+        """Kill the worker (WorkerFailure) when it and its children hold more resident memory
+        than ``memory_limit_mb``."""
+        if not self.memory_limit_mb or self.process.poll() is not None:
+            return
+        used = memwatch.tree_rss_mb(self.process.pid)
+        if used is not None and used > self.memory_limit_mb:
+            self.kill()
+            raise WorkerFailure("failed", f"out of memory: the worker held {used:.0f} MB resident, over the "
+                                          f"{self.memory_limit_mb} MB limit (--memory-limit-mb), during {self.phase}")
+
     def name_log(self) -> str:
         """The log's path, for a record that names it (so it is kept)."""
         self.log_named = True
@@ -139,11 +155,15 @@ class Worker:
         Path(self.log_path).unlink(missing_ok=True)
 
     def _receive(self) -> tuple:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0 or not self.conn.poll(remaining):
-            self.kill()
-            raise WorkerFailure("timeout", f"no result within the {self.timeout_s:g} s timeout "
-                                           f"(stopped during {self.phase})")
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise WorkerFailure("timeout", f"no result within the {self.timeout_s:g} s timeout "
+                                               f"(stopped during {self.phase})")
+            if self.conn.poll(min(remaining, MEMORY_CHECK_INTERVAL_S)):
+                break
+            self.check_memory()
         try:
             return self.conn.recv()
         except (EOFError, ConnectionResetError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import os
 import random
-import resource
 import signal
 import sys
 import traceback
@@ -33,9 +32,6 @@ def apply_process_settings(config: RunConfig) -> None:
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[variable] = threads
     random.seed(config.seed)
-    if config.memory_limit_mb:
-        limit = config.memory_limit_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def die_with_parent() -> None:

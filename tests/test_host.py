@@ -74,7 +74,7 @@ FAILURES = {
     "exits": ("failed", "exited with code 3"),
     "segfaults": ("failed", "killed by SIGSEGV"),
     "hangs": ("timeout", "no result within the 8 s timeout"),
-    "oom": ("failed", "out of memory: MemoryError"),
+    "oom": ("failed", "MB limit (--memory-limit-mb), during run"),
     "needs-gpu": ("unavailable", "no GPU here"),
     "needs-framework": ("unavailable", "nonexistent is not installed"),
 }

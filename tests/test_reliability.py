@@ -158,3 +158,17 @@ def test_a_corrupt_image_is_refused_by_name_before_conversion(accelbench_cli, tm
     result = accelbench_cli("data", str(tmp_path / "src"), str(tmp_path / "out"))
     assert result.returncode == 2 and f"{broken}: not a decodable image" in result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_worker_growing_past_its_memory_limit_is_stopped_with_a_record(accelbench_cli, tmp_path):
+    """Resident memory of the worker, watched by the host (train mode has a default limit)."""
+    out = tmp_path / "r.json"
+    started = time.monotonic()
+    result = accelbench_cli("run", "--backend", "misbehaving:oom", "--backend", "sleepy:fixed-time",
+                            "--memory-limit-mb", "600", "--warmup-steps", "1", "--timed-steps", "3", "-o", str(out))
+    assert time.monotonic() - started < 60 and result.returncode == 1
+    oom, sleepy = load_records(out)
+    assert oom["status"] == "failed" and oom["reason"].startswith("out of memory: the worker held ")
+    held = int(oom["reason"].split("held ")[1].split(" MB")[0])
+    assert 600 < held < 600 + 2 * 256 + 200  # stopped within a chunk or two of the limit
+    assert sleepy["status"] == "ok"

@@ -98,6 +98,9 @@ def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precisio
     assert record["model"] == {"name": "resnet_small", "variant": None}
     assert record["config"]["time_s"] is None and record["config"]["warmup"] is None  # epochs, not a time box
     assert record["image_size"] == 8 and record["batch"]["global"] == 64
+    # a default resident-memory limit, watched by the host: 3/4 of this machine's memory
+    from accelbench import memwatch
+    assert record["config"]["memory_limit_mb"] == int(memwatch.machine_memory_mb() * 0.75)
     assert t["preprocessing"]["augmentation"] == "none"
     assert record["throughput"]["images_per_sec"] > 0
 

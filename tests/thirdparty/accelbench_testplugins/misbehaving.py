@@ -33,9 +33,12 @@ class Misbehaving(accelbench.Backend):
             os.kill(os.getpid(), signal.SIGSEGV)
         if self.info.name == "hangs":
             time.sleep(3600)
-        if self.info.name == "oom":
-            hog = bytearray(64 * 1024**3)  # more than any test machine's memory limit allows
-            return len(hog)
+        if self.info.name == "oom":  # grows like a runaway input pipeline, touching every page
+            self.hog = []
+            for _ in range(64):  # at most 16 GB: the host's limit must stop it long before
+                self.hog.append(bytearray(b"x" * 256 * 1024**2))
+                time.sleep(0.05)
+            time.sleep(3600)
         raise AssertionError(self.info.name)
 
 
