@@ -239,6 +239,21 @@ class Backend:
         """Run one synced training step; return the loss (a host float) when there is one."""
         raise NotImplementedError
 
+    def prepare_matmul(self, config: "RunConfig", size: int) -> Prepared:
+        """Optional, for ``accelbench peak``: make two ``size`` x ``size`` matrices at
+        ``config.precision`` on the run's device (one device), with the framework's usual settings.
+        ``Prepared`` names the device and the framework version. Not overridden: the framework
+        gives no measured peak."""
+        raise NotImplementedError
+
+    def matmul(self) -> None:
+        """One product of the prepared matrices (2 x size^3 FLOPs), returning once the device has
+        finished it. Core times it as it times a step."""
+        raise NotImplementedError
+
+    def measures_peak(self) -> bool:
+        return type(self).prepare_matmul is not Backend.prepare_matmul
+
     def teardown(self) -> dict[str, Any] | None:
         """Release resources; called once after the last step. May return final facts about the
         run (e.g. ``{"weights_checksum": ...}``, compared across workers of a multi-worker run)."""

@@ -278,6 +278,36 @@ def merge(files: tuple[str, ...], output: str) -> None:
 
 
 @cli.command()
+@click.option("--plugin", "plugin_names", multiple=True, help="Only these plugins (repeatable).")
+@click.option("--backend", "backend_names", multiple=True, help="Only these backends, plugin:backend (repeatable).")
+@click.option("--precision", "precisions", multiple=True, help="Only these precisions (default: each the backend offers).")
+@click.option("--device", default="auto", show_default=True, help="Device kind to measure (auto: the best present).")
+@click.option("--size", type=click.IntRange(min=64), default=4096, show_default=True, help="Matrix side.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Timed runs; the best counts.")
+@click.option("--threads", type=click.IntRange(min=1), help="Threads (default all cores).")
+def peak(plugin_names, backend_names, precisions, device, size, repeats, threads) -> None:
+    """Measure each framework's matrix-product peak on this machine, per precision, and cache it:
+    later records carry flops.peak_per_sec and utilisation against it."""
+    from . import peak_measure, peaks
+    from .console import PeakTable
+
+    refs = peak_measure.per_framework(_selected(plugin_names, backend_names))
+    if not refs:
+        raise UsageError("no selected backend measures a peak (Backend.prepare_matmul)")
+    outcomes = []
+    with PeakTable() as table:
+        for ref in refs:
+            for precision in precisions or ref.backend.describe().precisions:
+                outcome = peak_measure.measure(ref, precision, device, size, repeats, threads)
+                table.add(outcome)
+                outcomes.append(outcome)
+    measured = [o.measurement for o in outcomes if o.measurement]
+    if measured:
+        click.echo(f"cached: {peaks.save_measured(measured)}")
+    sys.exit(0 if measured else 1)
+
+
+@cli.command()
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
     """Validate results files against the schema, naming each wrong field."""

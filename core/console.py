@@ -13,7 +13,7 @@ from rich.table import Table
 from .runner import RunObserver
 
 COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
-           "95% CI", "step median", "CV", "GFLOP/s")
+           "95% CI", "step median", "CV", "GFLOP/s", "of peak")
 NUMERIC_COLUMNS = set(COLUMNS[5:])
 STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable": "yellow", "skipped": "yellow"}
 
@@ -143,6 +143,7 @@ class ResultsTable:
             f"{st['median_s'] * 1e3:.1f} ms" if st else "-",
             f"{st['cv']:.1%}" if st else "-",
             f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl["achieved_per_s"] else "-",
+            f"{fl['utilisation']:.0%}" if fl and fl.get("utilisation") is not None else "-",
         ]
 
 
@@ -203,3 +204,32 @@ class ComparisonTable:
                           f"{r.ratio:.3f}", f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}",
                           f"[{VERDICT_STYLE[r.verdict]}]{r.verdict or '-'}[/]", r.samples, r.analysis, r.note)
         console.print(table)
+
+
+class PeakTable:
+    """``accelbench peak``: one line per measurement as it ends, the table at the end."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(width=None if sys.stdout.isatty() else 180)
+        self.rows: list = []
+
+    def __enter__(self) -> "PeakTable":
+        return self
+
+    def add(self, outcome) -> None:
+        self.rows.append(outcome)
+        figure = f"{outcome.measurement.flops_per_s / 1e9:.1f} GFLOP/s" if outcome.measurement else outcome.reason
+        self.console.print(f"{outcome.backend_id} {outcome.precision}: {figure}", highlight=False)
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is not None or not self.rows:
+            return
+        table = Table(title="accelbench peak: best matrix-product rate on this machine")
+        for column in ("framework", "precision", "status", "device", "GFLOP/s", "note"):
+            table.add_column(column, justify="right" if column == "GFLOP/s" else "left")
+        for o in self.rows:
+            m = o.measurement
+            table.add_row(f"{o.framework} {m.framework_version if m else ''}".strip(), o.precision,
+                          f"[{STATUS_STYLE.get(o.status, 'white')}]{o.status}[/]", m.device_name if m else "",
+                          f"{m.flops_per_s / 1e9:.1f}" if m else "", "" if m else o.reason)
+        self.console.print(table)

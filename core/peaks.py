@@ -1,15 +1,20 @@
-"""The peak a record's achieved FLOP/s is measured against: an accelerator's published dense peak
-(``data/accelerator_peaks.json``, every figure with its source), per device and precision.
+"""The peak a record's achieved FLOP/s is measured against, per device and precision: an
+accelerator's published dense peak (``data/accelerator_peaks.json``, every figure with its
+source), else the peak ``accelbench peak`` measured on this machine with the run's framework (the
+best of several timed runs of a large matrix product), cached per machine in the user's cache.
 
 A record gets ``flops.peak_per_sec``, ``flops.peak_source`` and ``flops.utilisation`` (achieved /
-peak) when its device matches an entry; otherwise none, never a guess.
+peak) when one of them applies; otherwise none, never a guess.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from importlib import resources
 from typing import Any
 
@@ -37,3 +42,78 @@ def published(kind: str, device_name: str, precision: str, devices: int = 1) -> 
             per = f" x {devices} devices" if devices > 1 else ""
             return Peak(tflops * 1e12 * devices, f"published {basis} dense peak of {entry['match']}{per}: {entry['source']}")
     return None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One ``accelbench peak`` measurement: a framework's best matrix-product rate here."""
+
+    machine: str
+    device_kind: str
+    device_name: str
+    framework: str
+    framework_version: str
+    precision: str
+    size: int
+    repeats: int
+    flops_per_s: float
+    measured_utc: str
+
+    def key(self) -> str:
+        return measurement_key(self.machine, self.device_kind, self.framework, self.framework_version, self.precision)
+
+    def source(self) -> str:
+        return (f"measured on this machine by accelbench peak ({self.measured_utc}): {self.framework} "
+                f"{self.framework_version} {self.size}x{self.size} {self.precision} matrix product on "
+                f"{self.device_name}, best of {self.repeats} timed runs")
+
+
+def machine_id(environment: dict[str, Any], device_kind: str, device_name: str) -> str:
+    """What a measured peak belongs to: the CPU (model, cores, vector/matrix flags) or the device."""
+    if device_kind != "cpu":
+        return device_name
+    flags = hashlib.sha256(" ".join(sorted(environment["cpu_flags"])).encode()).hexdigest()[:12]
+    return f"{environment['cpu_model']} / {environment['cpu_cores']} cores / flags {flags}"
+
+
+def measurement_key(machine: str, device_kind: str, framework: str, version: str, precision: str) -> str:
+    return " | ".join((machine, device_kind, framework, version, precision))
+
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "accelbench" / "peaks.json"
+
+
+def load_measured() -> dict[str, Measured]:
+    try:
+        entries = json.loads(cache_path().read_text())["measurements"]
+        return {m.key(): m for m in (Measured(**entry) for entry in entries)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # no cache yet, or one of another version: peaks are measured again
+
+
+def save_measured(new: list[Measured]) -> Path:
+    """Merge into the cache (a newer measurement of the same key replaces the older), atomically."""
+    from dataclasses import asdict
+
+    merged = {**load_measured(), **{m.key(): m for m in new}}
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"measurements": [asdict(m) for m in merged.values()]}, indent=1, allow_nan=False))
+    tmp.replace(path)
+    return path
+
+
+def measured(environment: dict[str, Any], device_kind: str, device_name: str, framework: str, version: str,
+             precision: str, devices: int = 1) -> Peak | None:
+    """This machine's measured peak for the framework, version and precision, or None. A CPU's
+    peak is the whole machine's (all its cores); an accelerator's is per device."""
+    found = load_measured().get(measurement_key(machine_id(environment, device_kind, device_name), device_kind,
+                                                framework, version, precision))
+    if found is None:
+        return None
+    scale = 1 if device_kind == "cpu" else devices
+    per = f" x {devices} devices" if scale > 1 else ""
+    return Peak(found.flops_per_s * scale, found.source() + per)

@@ -138,14 +138,17 @@ def _add_achieved_flops(record: dict[str, Any]) -> None:
 
 
 def _add_utilisation(record: dict[str, Any]) -> None:
-    """Achieved / the published peak of the run's accelerators (none known for CPUs here)."""
+    """Achieved / the run's peak: its accelerators' published one, else one ``accelbench peak``
+    measured here with its framework."""
     from . import peaks
 
     device = record["device"]
     names = [device["name"]] + [a["name"] for a in record["environment"]["accelerators"] if a["kind"] == device["kind"]]
     devices = device["count"] * record.get("distributed", {}).get("workers", 1)
     peak = next((p for p in (peaks.published(device["kind"], n, record["precision"], devices) for n in names if n) if p),
-                None)
+                None) or peaks.measured(record["environment"], device["kind"], device["name"] or "",
+                                        record["framework"]["name"], record["framework"]["version"] or "",
+                                        record["precision"], devices)
     if peak:
         record["flops"].update(peak_per_sec=peak.flops_per_s, peak_source=peak.source,
                                utilisation=record["flops"]["achieved_per_s"] / peak.flops_per_s)

@@ -103,6 +103,14 @@ class _Session:
             return run_timed(self.backend.step, plan, progress=self._progress)
         if command == "step":  # one call through the same timing loop: its time excludes the pipe
             return run_timed(self.backend.step, TimingPlan(0, timed_calls=1, steps_per_call=self.steps_per_call))
+        if command == "prepare_matmul":
+            prepared = self.backend.prepare_matmul(self.config, *args)
+            _check_prepared(prepared, command)
+            return prepared
+        if command == "matmul":  # repeats of a timed region of matrix products (accelbench peak)
+            calls, repeats = args
+            return [run_timed(self.backend.matmul, TimingPlan(warmup_calls=2 if r == 0 else 0, timed_calls=calls))
+                    for r in range(repeats)]
         if command == "teardown":
             return self.backend.teardown()
         if command == "serve":

@@ -80,6 +80,24 @@ class TfBackend(RunBackend):
         self.run = TrainingRun(config, self.recipe(config))
         return self.run.prepared({"protocol": self.protocol})
 
+    # accelbench peak: TensorFlow's matrix product at the run's precision, oneDNN as configured
+    def prepare_matmul(self, config: RunConfig, size: int) -> Prepared:
+        tf = import_tensorflow(config)
+        if config.device == "tpu":
+            raise NotImplementedError("a TPU's peak is its published figure (accelerator_peaks.json)")
+        dtype = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}[config.precision]
+        name = "/GPU:0" if config.device == "gpu" else "/CPU:0"
+        with tf.device(name):
+            self.operands = [tf.cast(tf.random.normal((size, size), seed=seed), dtype) for seed in (1, 2)]
+        # one element brought to the host: the product has finished (and none of it is skipped)
+        self.product = tf.function(lambda a, b: tf.matmul(a, b)[0, 0])
+        return Prepared(device_name=_device_name(tf, config, [name]), framework_version=tf.__version__,
+                        settings={"onednn": onednn_setting(),
+                                  "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()})
+
+    def matmul(self) -> None:
+        self.product(*self.operands).numpy()
+
     # train mode (accelbench.training): TFRecord data, core's recipe
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from . import tf_training

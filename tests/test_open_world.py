@@ -22,8 +22,8 @@ TINY = ["--image-size", "16", "--num-classes", "10", "--warmup-steps", "2", "--t
 
 @pytest.fixture
 def toy_cli(openworld_path, tmp_path):
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        env = dict(os.environ, PYTHONPATH=str(openworld_path))
+    def run(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(openworld_path), **(env or {}))
         env.pop("ACCELBENCH_PLUGINS", None)
         return subprocess.run([sys.executable, "-m", "accelbench", *args], capture_output=True, text=True,
                               env=env, cwd=tmp_path, timeout=timeout)
@@ -134,3 +134,32 @@ def test_core_and_schemas_name_no_framework_and_no_engine(pattern):
              if path.suffix in (".py", ".json") and "data" not in path.parts
              for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(pattern, line, re.IGNORECASE)]
     assert found == []
+
+
+def test_a_measured_peak_gives_every_later_record_its_utilisation(toy_cli, tmp_path):
+    """accelbench peak times the plugin's matrix product in a worker; a later run's record is
+    measured against it, on this machine only."""
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = toy_cli("peak", "--plugin", "toy", "--size", "128", "--repeats", "2", env=cache)
+    assert done.returncode == 0, done.stderr
+    stored = json.loads((tmp_path / "cache" / "accelbench" / "peaks.json").read_text())["measurements"]
+    assert [(m["framework"], m["precision"], m["size"]) for m in stored] == [("numpy", "fp64", 128), ("numpy", "fp32", 128)]
+    fp64 = stored[0]
+    assert fp64["flops_per_s"] > 0 and fp64["device_kind"] == "cpu"
+    done = toy_cli("run", "--plugin", "toy", "--timed-steps", "5", "--warmup-steps", "1",
+                   "-o", str(tmp_path / "r.json"), env=cache)
+    assert done.returncode == 0, done.stderr
+    [record] = load_records(tmp_path / "r.json")
+    flops = record["flops"]
+    assert flops["peak_per_sec"] == fp64["flops_per_s"]
+    assert flops["utilisation"] == pytest.approx(flops["achieved_per_s"] / fp64["flops_per_s"])
+    assert flops["peak_source"].startswith("measured on this machine by accelbench peak")
+    assert "numpy" in flops["peak_source"] and "128x128 fp64" in flops["peak_source"]
+    # another machine's measurement is not this one's peak
+    for m in stored:
+        m["machine"] = "another CPU / 64 cores / flags 000000000000"
+    (tmp_path / "cache" / "accelbench" / "peaks.json").write_text(json.dumps({"measurements": stored}))
+    done = toy_cli("run", "--plugin", "toy", "--timed-steps", "5", "--warmup-steps", "1",
+                   "-o", str(tmp_path / "r2.json"), env=cache)
+    [record] = load_records(tmp_path / "r2.json")
+    assert "peak_per_sec" not in record["flops"]

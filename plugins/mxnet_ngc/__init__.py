@@ -8,6 +8,8 @@ worker (``training.py``).
 
 from __future__ import annotations
 
+import os
+
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.backend import RunBackend
@@ -38,6 +40,32 @@ class NgcResNet50(RunBackend):
         self.run = training.GluonRun(config)
         return self.run.prepared()
 
+    # accelbench peak: MXNet's (oneDNN) matrix product as the network's layers run it: the
+    # FullyConnected operator (x . w^T, 2 x size^3 FLOPs), bf16 through AMP as in bf16 training
+    def prepare_matmul(self, config: RunConfig, size: int) -> Prepared:
+        from . import training
+
+        mx = training.import_mxnet()
+        if config.precision == "bf16":
+            from mxnet.contrib import amp
+
+            amp.init(target_dtype="bfloat16")  # FullyConnected then casts its inputs to bf16
+        context = mx.gpu(0) if config.device == "gpu" else mx.cpu()
+        mx.random.seed(config.seed)
+        dtype = "float16" if config.precision == "fp16" else "float32"
+        self.mx, self.size = mx, size
+        self.operands = [mx.nd.random.normal(shape=(size, size), ctx=context).astype(dtype) for _ in range(2)]
+        output = self._product()
+        return Prepared(device_name=f"{context}", framework_version=mx.__version__,
+                        settings={"operator": "FullyConnected", "output_dtype": _dtype_name(output.dtype),
+                                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "")})
+
+    def matmul(self) -> None:
+        self._product().wait_to_read()
+
+    def _product(self):
+        return self.mx.nd.FullyConnected(*self.operands, num_hidden=self.size, no_bias=True)
+
     # train mode (accelbench.training): RecordIO data, core's recipe
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from . import dataset
@@ -59,6 +87,13 @@ class NgcResNet50(RunBackend):
         from . import training
 
         training.serve()
+
+
+def _dtype_name(dtype) -> str:
+    import numpy
+
+    dtype = numpy.dtype(dtype)
+    return dtype.names[0] if dtype.names else dtype.name  # MXNet's bfloat16 is a named uint16 field
 
 
 @accelbench.hookimpl

@@ -82,6 +82,24 @@ class TorchResNet50(RunBackend):
         self.run = training.TorchRun(config)
         return self.run.prepared()
 
+    # accelbench peak: PyTorch's matrix product at the run's precision
+    def prepare_matmul(self, config: RunConfig, size: int) -> Prepared:
+        from . import training
+
+        torch = training.import_torch(config)
+        device = torch.device("cuda:0" if config.device == "gpu" else "cpu")
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
+        generator = torch.Generator().manual_seed(config.seed)
+        self.operands = [torch.randn(size, size, generator=generator).to(device, dtype) for _ in range(2)]
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        return Prepared(device_name=training.device_name(torch, device), framework_version=torch.__version__,
+                        settings={"threads": torch.get_num_threads()})
+
+    def matmul(self) -> None:
+        torch_product = self.operands[0] @ self.operands[1]  # CPU ops return when done; a GPU syncs
+        self.sync()
+        del torch_product
+
     # train mode (accelbench.training): an image folder through torchvision, core's recipe
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from . import dataset

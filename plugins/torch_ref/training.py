@@ -23,6 +23,14 @@ def import_torch(config: RunConfig):
     return torch
 
 
+def device_name(torch, device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    from accelbench.environment import cpu_model
+
+    return cpu_model()
+
+
 def device_problem(config: RunConfig) -> str | None:
     """Why this config cannot run on this machine's devices, or None."""
     torch = import_torch(config)
@@ -248,11 +256,7 @@ class TorchRun:
             })
 
     def _device_name(self) -> str:
-        if self.device.type == "cuda":
-            return self.torch.cuda.get_device_name(self.device)
-        from accelbench.environment import cpu_model
-
-        return cpu_model()
+        return device_name(self.torch, self.device)
 
     def _warnings(self) -> list[str]:
         if self.config.device != "cpu" or self.config.precision != "bf16":

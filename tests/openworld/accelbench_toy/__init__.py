@@ -53,6 +53,17 @@ class MlpBackend(accelbench.Backend):
         self.run.close()
         return final
 
+    def prepare_matmul(self, config, size):  # accelbench peak: numpy's matrix product (BLAS)
+        import numpy
+
+        dtype = {"fp64": numpy.float64, "fp32": numpy.float32}[config.precision]
+        rng = numpy.random.default_rng(config.seed)
+        self.operands = [rng.standard_normal((size, size)).astype(dtype) for _ in range(2)]
+        return accelbench.Prepared(device_name="numpy on the host CPU", framework_version=numpy.__version__)
+
+    def matmul(self):
+        self.operands[0] @ self.operands[1]  # returns when done: numpy is synchronous
+
     def serve(self, config):
         from . import reducer
 

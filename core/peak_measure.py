@@ -1,0 +1,78 @@
+"""``accelbench peak``: each installed framework's attainable matrix-product rate on this machine,
+per precision, measured in a fresh worker like any run and cached for records (``peaks``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import environment, peaks, records
+from .config import RunConfig
+from .planning import plan
+from .registry import BackendRef
+from .runner import Worker, WorkerFailure
+
+#: large enough that no CPU cache holds the operands, as in the reference study's 4096² figure
+DEFAULT_SIZE = 4096
+DEFAULT_REPEATS = 3
+#: products per timed run: one product of 4096² is about a second on a 2-core CPU
+CALLS_PER_REPEAT = 2
+
+
+@dataclass
+class PeakOutcome:
+    backend_id: str
+    framework: str
+    precision: str
+    status: str  # "ok" or "unavailable"/"failed"
+    reason: str = ""
+    measurement: peaks.Measured | None = None
+    #: what the backend's prepare_matmul reported using (threads, oneDNN, dtypes)
+    settings: dict | None = None
+
+
+def per_framework(refs: list[BackendRef]) -> list[BackendRef]:
+    """The first available backend of each framework that can measure a peak."""
+    chosen: dict[str, BackendRef] = {}
+    for ref in refs:
+        info = ref.backend.describe()
+        if ref.backend.measures_peak() and info.framework not in chosen:
+            chosen[info.framework] = ref
+    return list(chosen.values())
+
+
+def measure(ref: BackendRef, precision: str, device: str = "auto", size: int = DEFAULT_SIZE,
+            repeats: int = DEFAULT_REPEATS, threads: int | None = None) -> PeakOutcome:
+    info = ref.backend.describe()
+    outcome = PeakOutcome(ref.id, info.framework, precision, "unavailable")
+    [item] = plan([ref], RunConfig(precision=precision, device=device, device_count=1, threads=threads))
+    if item.precheck:
+        outcome.reason = item.precheck.reason
+        return outcome
+    try:
+        worker = Worker(ref, item.config, label="peak")
+    except WorkerFailure as failure:
+        outcome.status, outcome.reason = failure.status, failure.reason
+        return outcome
+    try:
+        refusal = worker.call("check")
+        if refusal:
+            outcome.reason = refusal
+            return outcome
+        prepared = worker.call("prepare_matmul", size)
+        timings = worker.call("matmul", CALLS_PER_REPEAT, repeats)
+    except WorkerFailure as failure:
+        outcome.status, outcome.reason = failure.status, worker.keep_log(failure).reason
+        return outcome
+    finally:
+        worker.close()
+    flops_per_call = 2.0 * size ** 3
+    # the best timed run: a peak is what the hardware attains, not its average under noise
+    best = max(t.timed_calls * flops_per_call / t.wall_time_s for t in timings)
+    env = environment.collect()
+    version = prepared.framework_version or ref.framework_version()
+    outcome.status, outcome.settings = "ok", prepared.settings
+    outcome.measurement = peaks.Measured(
+        machine=peaks.machine_id(env, item.config.device, prepared.device_name), device_kind=item.config.device,
+        device_name=prepared.device_name, framework=info.framework, framework_version=version,
+        precision=precision, size=size, repeats=repeats, flops_per_s=best, measured_utc=records.utc_now())
+    return outcome

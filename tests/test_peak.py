@@ -1,0 +1,42 @@
+"""accelbench peak with each installed framework: its matrix product at each precision, in a worker."""
+
+import importlib.util
+import os
+
+import pytest
+
+from accelbench import peak_measure
+from accelbench.environment import cpu_flags, cpu_model
+from accelbench.registry import PluginHost
+
+FRAMEWORKS = {"tf_benchmarks": "tensorflow", "mxnet_ngc": "mxnet", "torch_ref": "torch"}
+NATIVE_BF16 = bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def _ref(plugin):
+    if importlib.util.find_spec(FRAMEWORKS[plugin]) is None:
+        pytest.skip(f"{FRAMEWORKS[plugin]} not installed")
+    [ref] = PluginHost().select([plugin])
+    return ref
+
+
+@pytest.mark.parametrize("plugin", FRAMEWORKS)
+def test_each_framework_measures_its_fp32_peak_on_the_cpu(plugin):
+    outcome = peak_measure.measure(_ref(plugin), "fp32", "cpu", size=256, repeats=2)
+    assert outcome.status == "ok", outcome.reason
+    m = outcome.measurement
+    assert m.framework_version and m.device_kind == "cpu" and m.size == 256 and m.repeats == 2
+    assert m.flops_per_s > 1e8  # 2 x 256^3 FLOPs in well under a second on any CPU of this decade
+    assert m.machine.startswith(f"{cpu_model()} / {os.cpu_count()} cores / flags ")  # a CPU peak is the machine's
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="MXNet's oneDNN has no bf16 kernels without AVX-512 bf16 or AMX")
+def test_mxnet_peak_runs_bf16_through_amp():
+    outcome = peak_measure.measure(_ref("mxnet_ngc"), "bf16", "cpu", size=256, repeats=1)
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.settings["operator"] == "FullyConnected" and outcome.settings["output_dtype"] == "bfloat16"
+
+
+def test_fp16_on_a_cpu_is_refused_with_the_backends_reason():
+    outcome = peak_measure.measure(_ref("torch_ref"), "fp16", "cpu", size=64, repeats=1)
+    assert outcome.status == "unavailable" and "needs a GPU" in outcome.reason and outcome.measurement is None
