@@ -11,11 +11,14 @@ from .planning import plan
 from .registry import BackendRef
 from .runner import Worker, WorkerFailure
 
-#: large enough that no CPU cache holds the operands, as in the reference study's 4096² figure
-DEFAULT_SIZE = 4096
+#: matrix side by device kind: no CPU cache holds three 2048² fp32 operands (48 MB), and a
+#: product of 2048² is 17 GFLOP, a fraction of a second on a 2-core CPU even where bf16 is
+#: emulated slowly; an accelerator needs 8192² to fill its units
+DEFAULT_SIZE = {"cpu": 2048}
+ACCELERATOR_SIZE = 8192
 DEFAULT_REPEATS = 3
-#: products per timed run: one product of 4096² is about a second on a 2-core CPU
-CALLS_PER_REPEAT = 2
+#: products per timed run
+CALLS_PER_REPEAT = 4
 
 
 @dataclass
@@ -40,7 +43,7 @@ def per_framework(refs: list[BackendRef]) -> list[BackendRef]:
     return list(chosen.values())
 
 
-def measure(ref: BackendRef, precision: str, device: str = "auto", size: int = DEFAULT_SIZE,
+def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | None = None,
             repeats: int = DEFAULT_REPEATS, threads: int | None = None) -> PeakOutcome:
     info = ref.backend.describe()
     outcome = PeakOutcome(ref.id, info.framework, precision, "unavailable")
@@ -48,6 +51,7 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int = D
     if item.precheck:
         outcome.reason = item.precheck.reason
         return outcome
+    size = size or DEFAULT_SIZE.get(item.config.device, ACCELERATOR_SIZE)
     try:
         worker = Worker(ref, item.config, label="peak")
     except WorkerFailure as failure:

@@ -50,3 +50,13 @@ def test_garden_run_missing_timed_steps_is_an_error(tmp_path):
         "TimeHistory: 9.64 seconds, 8.30 examples/second between steps 10 and 20"])
     with pytest.raises(SystemExit, match="expected 20 steps after 10"):
         bench_reference.run_garden(python, [], batch=8, warmup=10, timed=20)
+
+
+def test_train_imagenet_figure_pools_the_windows_after_the_first():
+    log = "\n".join(f"INFO:root:Epoch[0] Batch [{10 * (i + 1)}]\tSpeed: {rate} samples/sec\taccuracy=0.001"
+                    for i, rate in enumerate([2.0, 8.0, 4.0]))
+    images, seconds = bench_reference.speedometer_figure(0, log, batch=8, warmup=10, timed=20)
+    # windows of 80 images at 8 and 4 img/s: 160 images in 30 s (5.33 img/s, not the mean 6.0)
+    assert images == 160 and seconds == pytest.approx(30.0)
+    with pytest.raises(SystemExit, match="logged 3 Speedometer windows, expected 4"):
+        bench_reference.speedometer_figure(0, log, batch=8, warmup=10, timed=30)

@@ -54,6 +54,7 @@ def run_accelbench(args, batch, warmup, timed, seen=None):
         raise SystemExit(f"accelbench run failed: {record['reason']}")
     if seen is not None:
         seen["flops_per_image"] = record["flops"]["per_image"]
+        seen["peak_per_sec"] = record["flops"].get("peak_per_sec")  # when accelbench peak ran here
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 

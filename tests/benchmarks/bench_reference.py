@@ -1,38 +1,59 @@
-"""Reference benchmark: the built-in plugins beside the reference implementations their issues
-name, alternating on this machine, so "at least the reference" is decided on the same CPU.
+"""Reference benchmark: every built-in plugin beside each reference implementation that exists
+for it, alternating on this machine, at each batch of a sweep, so "at least the reference" is
+decided on the same CPU in the same hour.
 
-- TensorFlow: the TF Model Garden ResNet-50 (`official.legacy.image_classification.resnet.
-  resnet_ctl_imagenet_main`, Keras 2, ResNet v1.5, synthetic data). It pins TensorFlow 2.20 and
-  numpy 2, which mxnet 1.9.1 cannot share, so it lives in its own virtual environment:
+- tf_cnn_benchmarks (the 2018 study's "TF benchmark repo"), run from ../shared/references (never
+  copied into this project) with `TF_USE_LEGACY_KERAS=1`, beside `tf_benchmarks` (v1 against
+  `--model=resnet50`, v1.5 against `--model=resnet50_v1.5`); fp32 (it has no bf16 flag on a CPU).
+  Its figure: its own "total images/sec" over the steps after its warm-up.
+- MXNet's `train_imagenet.py --benchmark 1` (the study's MXNet script, symbolic Module API), run
+  from ../shared/references with the numpy alias shim and OMP_NUM_THREADS = cores, beside
+  `mxnet_ngc --variant v1` (`--network resnet-v1 --num-layers 50`: stride in the first 1x1, no
+  conv biases); fp32 (its --dtype has no bf16). Its figure: the Speedometer's windows after the
+  first (which holds the start-up), pooled as images / seconds.
+- The TF Model Garden ResNet-50 (Keras 2, v1.5), which pins TensorFlow 2.20 and numpy 2, from
+  its own virtual environment (`python3 -m venv .venv-garden && .venv-garden/bin/pip install
+  tf-models-official==2.20.0`), beside `tf_benchmarks --variant v1.5` and `tpu_official`.
+- The bare hybridized Gluon model-zoo loop (`bare_mxnet.py --conv-biases`) beside `mxnet_ngc`,
+  and the bare PyTorch loop (`bare_torch.py`) beside `torch_ref`.
 
-      python3 -m venv .venv-garden && .venv-garden/bin/pip install tf-models-official==2.20.0
+    python tests/benchmarks/bench_reference.py --batch-sizes 8,32 --timed 20 --rounds 4
+    python tests/benchmarks/bench_reference.py --case tfcnn-v1-fp32 --case mxscript-v1-fp32
 
-  Compared with `tf_benchmarks --variant v1.5` (both sync every step) and `tpu_official` (both
-  10 steps per host round-trip). Its figure: steps after the warm-up / wall time between its own
-  TimeHistory timestamps.
-- MXNet: the bare hybridized Gluon model-zoo `resnet50_v1` loop the issue measured as MXNet's
-  reference (`bare_mxnet.py --conv-biases`: the zoo's network as it ships).
-
-    python tests/benchmarks/bench_reference.py --timed 40 --rounds 2
-    python tests/benchmarks/bench_reference.py --case tf-fp32 --garden-python /path/to/python
-
-Prints images/sec of both, the ratio per round and pooled, and GFLOP/s. Exit status 1 if a
-pooled ratio is below 0.98 (the reference is faster by more than this machine's noise).
+Prints the machine (CPU model, cores, vector/matrix flags), then per case and batch: images/sec
+of both, each round's ratio, the ratio with its 95% interval from the paired rounds (accelbench's
+own `compare` statistics: t-interval on log-ratios, order effect removed), GFLOP/s and the share
+of the peak `accelbench peak` measured here (when it has been run). Exit status 1 if a ratio's
+point estimate is below 0.98.
 """
 
 import argparse
+import os
 import re
+import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from bench_overhead import MIN_RATIO, alternate, exit_if_below, run_accelbench, run_bare
+
+#: the references' folder beside the project (``--references`` to point elsewhere)
+REFERENCES = Path(__file__).resolve().parents[3] / "shared" / "references"
+TF_CNN_RATE = re.compile(r"total images/sec: ([\d.]+)")
+SPEEDOMETER = re.compile(r"Speed: ([\d.]+) samples/sec")
 
 GARDEN_MAIN = "official.legacy.image_classification.resnet.resnet_ctl_imagenet_main"
 TIME_HISTORY = re.compile(r"TimeHistory: ([\d.]+) seconds, [\d.]+ examples/second between steps (\d+) and (\d+)")
 
 # name: (accelbench arguments, reference kind, reference arguments)
 CASES = {
+    "tfcnn-v1-fp32": (["--plugin", "tf_benchmarks", "--variant", "v1", "--precision", "fp32"],
+                      "tf_cnn", ["--model=resnet50"]),
+    "tfcnn-v15-fp32": (["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
+                       "tf_cnn", ["--model=resnet50_v1.5"]),
+    "mxscript-v1-fp32": (["--plugin", "mxnet_ngc", "--variant", "v1", "--precision", "fp32"],
+                         "mxnet_script", ["--network", "resnet-v1", "--num-layers", "50"]),
     "tf-fp32": (["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
                 "garden", ["--dtype", "fp32", "--steps_per_loop", "1"]),
     "tf-bf16": (["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "bf16"],
@@ -40,10 +61,55 @@ CASES = {
     "tpu-bf16": (["--plugin", "tpu_official", "--option", "steps_per_loop=10"],
                  "garden", ["--dtype", "bf16", "--steps_per_loop", "10"]),
     "mxnet-fp32": (["--plugin", "mxnet_ngc", "--precision", "fp32"],
-                   "gluon", ["bare_mxnet.py", "--precision", "fp32", "--conv-biases"]),
+                   "bare", ["bare_mxnet.py", "--precision", "fp32", "--conv-biases"]),
     "mxnet-bf16": (["--plugin", "mxnet_ngc", "--precision", "bf16"],
-                   "gluon", ["bare_mxnet.py", "--precision", "bf16", "--conv-biases"]),
+                   "bare", ["bare_mxnet.py", "--precision", "bf16", "--conv-biases"]),
+    "torch-fp32": (["--plugin", "torch_ref", "--precision", "fp32"], "bare", ["bare_torch.py", "--precision", "fp32"]),
+    "torch-bf16": (["--plugin", "torch_ref", "--precision", "bf16"], "bare", ["bare_torch.py", "--precision", "bf16"]),
 }
+WHAT = {"tf_cnn": "tf_cnn_benchmarks", "mxnet_script": "MXNet train_imagenet.py", "garden": "TF Model Garden",
+        "bare": "bare loop"}
+
+
+def run_tf_cnn(references, args, batch, warmup, timed):
+    """tf_cnn_benchmarks as its README in ../shared/references runs it; (images, seconds) of its
+    timed steps from its own images/sec."""
+    out = subprocess.run(
+        [sys.executable, str(references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"), "--device=cpu",
+         "--data_format=NHWC", f"--batch_size={batch}", f"--num_batches={timed}", f"--num_warmup_batches={warmup}",
+         "--optimizer=momentum", "--variable_update=parameter_server", "--local_parameter_device=cpu", *args],
+        capture_output=True, text=True, env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
+    found = TF_CNN_RATE.findall(out.stdout)
+    if out.returncode or not found:
+        raise SystemExit(f"tf_cnn_benchmarks failed:\n{(out.stdout + out.stderr)[-2000:]}")
+    images = batch * timed
+    return images, images / float(found[-1])
+
+
+def run_mxnet_script(references, args, batch, warmup, timed):
+    """MXNet's train_imagenet.py --benchmark 1 (synthetic data); one Speedometer window per
+    ``warmup`` batches, the first (start-up) left out, the rest pooled as images / seconds."""
+    if timed % warmup:
+        raise SystemExit("--timed must be a multiple of --warmup (one Speedometer window per warm-up)")
+    with tempfile.TemporaryDirectory() as shim:
+        shutil.copy(references / "numpy_alias_shim_sitecustomize.py", Path(shim) / "sitecustomize.py")
+        out = subprocess.run(
+            [sys.executable, "train_imagenet.py", "--benchmark", "1", *args, "--batch-size", str(batch),
+             "--image-shape", "3,224,224", "--num-epochs", "1", "--num-examples", str((warmup + timed) * batch),
+             "--disp-batches", str(warmup), "--kv-store", "local"],
+            capture_output=True, text=True, cwd=references / "mxnet_image_classification",
+            env=dict(os.environ, PYTHONPATH=shim, OMP_NUM_THREADS=str(os.cpu_count())))
+    return speedometer_figure(out.returncode, out.stderr, batch, warmup, timed)
+
+
+def speedometer_figure(returncode, log, batch, warmup, timed):
+    rates = [float(r) for r in SPEEDOMETER.findall(log)]
+    windows = rates[1:]  # the first window holds the start-up
+    if returncode or len(windows) != timed // warmup:
+        raise SystemExit(f"train_imagenet.py logged {len(rates)} Speedometer windows, expected "
+                         f"{timed // warmup + 1}:\n{log[-2000:]}")
+    images_per_window = warmup * batch
+    return images_per_window * len(windows), sum(images_per_window / rate for rate in windows)
 
 
 def run_garden(python, args, batch, warmup, timed):
@@ -63,46 +129,76 @@ def run_garden(python, args, batch, warmup, timed):
     return timed * batch, sum(seconds for seconds, _ in timed_intervals)
 
 
-def measure(name, options):
+def measure(name, batch, options):
     args, kind, reference = CASES[name]
-    batch, warmup, timed = options.batch, options.warmup, options.timed
+    warmup, timed = options.warmup, options.timed
     seen = {}
-
-    def run_reference():
-        if kind == "garden":
-            return run_garden(options.garden_python, reference, batch, warmup, timed)
-        return run_bare(reference, batch, warmup, timed)
-
-    rate, per_round = alternate(name, {"accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen),
-                                       "reference": run_reference}, options.rounds)
+    runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed),
+               "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed),
+               "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed),
+               "bare": lambda: run_bare(reference, batch, warmup, timed)}
+    rate, per_round = alternate(f"{name} batch {batch}", {
+        "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen),
+        "reference": runners[kind]}, options.rounds)
     ours, theirs = rate["accelbench"], rate["reference"]
-    return {"case": name, "accelbench": ours, "reference": theirs, "ratio": ours / theirs,
-            "round_ratios": [r["accelbench"] / r["reference"] for r in per_round],
-            "gflops_per_s": ours * seen["flops_per_image"] / 1e9,
-            "what": "TF Model Garden" if kind == "garden" else "bare Gluon model-zoo loop"}
+    ours_rounds = [r["accelbench"] for r in per_round]
+    theirs_rounds = [r["reference"] for r in per_round]
+    estimate = paired_ratio(ours_rounds, theirs_rounds, [i % 2 == 0 for i in range(len(per_round))])
+    gflops = ours * seen["flops_per_image"] / 1e9
+    peak = seen.get("peak_per_sec")
+    return {"case": name, "batch": batch, "accelbench": ours, "reference": theirs, "ratio": estimate.ratio,
+            "pooled_ratio": ours / theirs, "ci95": estimate.ci95,
+            "round_ratios": [a / b for a, b in zip(ours_rounds, theirs_rounds)], "gflops_per_s": gflops,
+            "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
+            "utilisation": gflops * 1e9 / peak if peak else None,
+            "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
+            "what": WHAT[kind]}
+
+
+def paired_ratio(a_rates, b_rates, a_first):
+    from accelbench.stats import paired_ratio as estimate
+
+    return estimate(a_rates, b_rates, a_first)
+
+
+def machine_header():
+    from accelbench import environment
+
+    env = environment.collect()
+    return (f"machine: {env['cpu_model']}, {env['cpu_cores']} cores, {env['memory_bytes'] / 2**30:.0f} GiB; "
+            f"flags: {' '.join(env['cpu_flags'])}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: all")
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: every case whose "
+                        "reference is here (the Model Garden cases need --garden-python)")
     parser.add_argument("--garden-python", default=".venv-garden/bin/python",
                         help="the Python of the environment with tf-models-official")
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch-sizes", default="8,32", help="global batches to sweep (default 8,32)")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--timed", type=int, default=100, help="a multiple of --warmup (Model Garden logs per warm-up)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timed", type=int, default=40, help="a multiple of --warmup (the references log per warm-up)")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per case and batch (>= 3 for an interval)")
+    parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
     options = parser.parse_args()
     if options.timed % options.warmup:
         parser.error("--timed must be a multiple of --warmup")
-    cases = options.case or list(CASES)
-    if any(CASES[c][1] == "garden" for c in cases) and not Path(options.garden_python).exists():
+    batches = [int(b) for b in options.batch_sizes.split(",")]
+    garden = Path(options.garden_python).exists()
+    if options.case and not garden and any(CASES[c][1] == "garden" for c in options.case):
         parser.error(f"no Model Garden environment at {options.garden_python} (see this script's docstring)")
-    results = [measure(name, options) for name in cases]
-    print(f"\n{'case':<12}{'accelbench':>12}{'reference':>11}{'ratio':>8}  {'per round':<18}{'GFLOP/s':>8}   reference")
+    cases = options.case or [c for c in CASES if CASES[c][1] != "garden" or garden]
+    print(machine_header(), flush=True)
+    results = [measure(name, batch, options) for name in cases for batch in batches]
+    print(f"\n{machine_header()}")
+    print(f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
+          f"{'per round':<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   reference")
     for r in results:
         rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
-        print(f"{r['case']:<12}{r['accelbench']:>12.2f}{r['reference']:>11.2f}{r['ratio']:>8.3f}  {rounds:<18}"
-              f"{r['gflops_per_s']:>8.1f}   {r['what']}")
+        util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
+        print(f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
+              f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
+              f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}")
     exit_if_below(results, f"below the reference by more than {1 - MIN_RATIO:.0%}")
 
 
