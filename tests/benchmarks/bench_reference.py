@@ -88,14 +88,16 @@ def run_tf_cnn(references, args, batch, warmup, timed):
 
 def run_mxnet_script(references, args, batch, warmup, timed):
     """MXNet's train_imagenet.py --benchmark 1 (synthetic data); one Speedometer window per
-    ``warmup`` batches, the first (start-up) left out, the rest pooled as images / seconds."""
+    ``warmup`` batches after batch 0 (where its clock starts), the first window (the warm-up) left
+    out, the rest pooled as images / seconds."""
     if timed % warmup:
         raise SystemExit("--timed must be a multiple of --warmup (one Speedometer window per warm-up)")
     with tempfile.TemporaryDirectory() as shim:
         shutil.copy(references / "numpy_alias_shim_sitecustomize.py", Path(shim) / "sitecustomize.py")
         out = subprocess.run(
             [sys.executable, "train_imagenet.py", "--benchmark", "1", *args, "--batch-size", str(batch),
-             "--image-shape", "3,224,224", "--num-epochs", "1", "--num-examples", str((warmup + timed) * batch),
+             # + 1 batch: the Speedometer starts its clock at the end of batch 0
+             "--image-shape", "3,224,224", "--num-epochs", "1", "--num-examples", str((warmup + timed + 1) * batch),
              "--disp-batches", str(warmup), "--kv-store", "local"],
             capture_output=True, text=True, cwd=references / "mxnet_image_classification",
             env=dict(os.environ, PYTHONPATH=shim, OMP_NUM_THREADS=str(os.cpu_count())))
@@ -104,7 +106,7 @@ def run_mxnet_script(references, args, batch, warmup, timed):
 
 def speedometer_figure(returncode, log, batch, warmup, timed):
     rates = [float(r) for r in SPEEDOMETER.findall(log)]
-    windows = rates[1:]  # the first window holds the start-up
+    windows = rates[1:]  # the first window is the warm-up
     if returncode or len(windows) != timed // warmup:
         raise SystemExit(f"train_imagenet.py logged {len(rates)} Speedometer windows, expected "
                          f"{timed // warmup + 1}:\n{log[-2000:]}")
