@@ -1,7 +1,7 @@
 """A private network namespace whose only interface is loopback, for a local multi-worker run.
 
-Some engines listen on every interface whatever address they are given: TensorFlow's gRPC server
-binds ``0.0.0.0`` (hard-coded in its server), PyTorch's TCPStore binds all interfaces, and neither
+Some engines listen on every interface whatever address they are given (one framework's gRPC
+server hard-codes ``0.0.0.0``, another's rendezvous store binds all interfaces), and none of them
 authenticates. Inside a namespace that holds nothing but loopback, what they open cannot be
 reached from another machine, whatever the engine does. Every worker and service of the run joins
 one namespace, so they still reach each other on 127.0.0.1; the host talks to them over pipes.
