@@ -124,10 +124,15 @@ class BackendInfo:
     options: dict[str, "str | Option"] = field(default_factory=dict)
     #: the dataset format this backend trains from in train mode, if any (a name of the plugin's)
     data_format: str | None = None
+    #: requirements of the backend's own worker environment (``"jax[cpu]>=0.10"``, ...), for a
+    #: framework that cannot share the host's environment; empty: workers use the host's Python.
+    #: accelbench makes the environment on first use and caches it (``accelbench env``)
+    environment: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["variants"] = {model: list(names) for model, names in self.variants.items()}
+        out["environment"] = list(self.environment)
         return out
 
     def problems(self) -> list[str]:
@@ -156,6 +161,8 @@ class BackendInfo:
             found.append(f"an option's kind must be one of {', '.join(OPTION_KINDS)}")
         if self.data_format is not None:
             found += _name_problems("data_format", [self.data_format])
+        if not isinstance(self.environment, tuple) or not all(isinstance(r, str) for r in self.environment):
+            found.append("environment must be a tuple of requirement strings")
         return found
 
     def default_variant(self, model: str) -> str | None:

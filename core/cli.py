@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -128,11 +129,18 @@ def plugins() -> None:
               help="Start no trial after this long, e.g. 300, 90s, 5m (default with --until-*: 10m).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress and no table: only the results file's path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document (JSON) on stdout; progress on stderr.")
+@click.option("--python", "pythons", multiple=True, metavar="PLUGIN=PATH",
+              help="Run this plugin's workers with a Python you made (repeatable).")
+@click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS",
+              help="Run every selected backend in an environment with these comma-separated requirements "
+                   "added, e.g. 'tensorflow==2.20.*,tf-keras==2.20.*'; repeat for a version matrix.")
+@click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
 @price_options
 def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, until_decided,
-        until_halfwidth, max_time, quiet, as_json, prices, price, price_per_hour, epochs, **flags) -> None:
+        until_halfwidth, max_time, quiet, as_json, pythons, env_matrix, no_create_env, prices, price,
+        price_per_hour, epochs, **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
-    from . import cost, inputs, runner
+    from . import cost, envs, inputs, runner
     from .console import ResultsTable
     from .schedule import UNTIL_TRIAL_TIME_S
 
@@ -141,7 +149,7 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     if schedule.until and config.time_s is None and config.timed_steps is None and config.workers == 1:
         config = config.replace(time_s=UNTIL_TRIAL_TIME_S)
     refs = _selected(plugin_names, backend_names)
-    plans = runner.plan(refs, config)
+    plans = runner.plan(refs, config, _pythons(pythons), [envs.parse_requirements(e) for e in env_matrix])
     if schedule.until and sum(p.precheck is None for p in plans) < 2:
         raise UsageError("--until-decided/--until-halfwidth compare runs: select at least two that can run here")
     catalogue = cost.load_catalogue(prices)
@@ -149,7 +157,8 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
     kept = inputs.output_records(path, force)  # the last check: after it, workers start
     view = _View(quiet=quiet, as_json=as_json)
-    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, kept)
+    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, kept,
+                    create_envs=not no_create_env)
     if schedule.until and view.tables:
         _print_comparison(done, schedule.until.tolerance)
 
@@ -197,8 +206,20 @@ class _View:
         return sys.stderr if self.as_json else sys.stdout
 
 
+def _pythons(given: tuple[str, ...]) -> dict[str, str]:
+    found = {}
+    for text in given:
+        plugin, sep, path = text.partition("=")
+        if not sep or not plugin or not path:
+            raise UsageError(f"--python must be PLUGIN=PATH, got {text!r}")
+        if not Path(path).is_file() or not os.access(path, os.X_OK):
+            raise UsageError(f"--python {plugin}={path}: not an executable file")
+        found[plugin] = path
+    return found
+
+
 def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedule=None,
-             view: _View = _View(), kept: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+             view: _View = _View(), kept: list[dict[str, Any]] = (), create_envs: bool = True) -> list[dict[str, Any]]:
     """Run the plans, pricing the records and rewriting the results file after every trial (so an
     interruption keeps every finished one) after the ``kept`` records it held; print ``table``;
     exit 1 when a run failed."""
@@ -217,7 +238,7 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
     observer = run_observer(total, view.quiet, view.live_stream)
     try:
         with observer:
-            runner.execute(plans, keep, observer, schedule)
+            runner.execute(plans, keep, observer, schedule, create_envs)
     except KeyboardInterrupt as stop:
         saved = f"kept {len(done)} finished record(s), with every finished trial, in {path}" if done else \
             "no trial had finished, nothing written"
@@ -305,6 +326,57 @@ def peak(plugin_names, backend_names, precisions, device, size, repeats, threads
     if measured:
         click.echo(f"cached: {peaks.save_measured(measured)}")
     sys.exit(0 if measured else 1)
+
+
+@cli.group()
+def env() -> None:
+    """Worker environments: one per distinct requirement set, made on first use and cached."""
+
+
+@env.command("create")
+@click.option("--plugin", "plugin_names", multiple=True, help="Only these plugins (default: every one that declares an environment).")
+@click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS", help="Requirements added (as accelbench run --env).")
+def env_create(plugin_names, env_matrix) -> None:
+    """Make the environments the selected plugins' backends run in."""
+    from . import envs
+    from .registry import PluginHost
+
+    matrix = [envs.parse_requirements(e) for e in env_matrix]
+    refs = PluginHost().select(plugin_names)
+    wanted = {s.spec for r in refs for s in envs.setups(r.backend.describe().environment, r.plugin.name, {}, matrix)
+              if s.spec is not None}
+    if not wanted:
+        raise UsageError("no selected backend declares an environment (give --env to make one)")
+    failed = 0
+    for spec in wanted:
+        env = envs.for_spec(spec)
+        try:
+            envs.ensure(env, True, lambda text: click.echo(text, err=True))
+            click.echo(f"{env.path}: {', '.join(spec.requirements)}")
+        except envs.EnvironmentError_ as exc:
+            failed += 1
+            click.echo(f"error: {exc}", err=True)
+    sys.exit(1 if failed else 0)
+
+
+@env.command("list")
+def env_list() -> None:
+    """The cached environments: path, Python, requirements, size."""
+    from . import envs
+
+    for entry in envs.listing():
+        click.echo(f"{entry['path']}  python {entry['python']}  {entry['size_mb']} MB  "
+                   f"{', '.join(entry['requirements']) or '-'}")
+
+
+@env.command("remove")
+@click.argument("keys", nargs=-1)
+def env_remove(keys) -> None:
+    """Delete cached environments (these keys, or every one)."""
+    from . import envs
+
+    for path in envs.remove(tuple(keys)):
+        click.echo(f"removed {path}")
 
 
 @cli.command()

@@ -91,7 +91,11 @@ def _records_of(path: Path) -> list[dict[str, Any]]:
 
 
 def _backend_id(record: dict[str, Any]) -> str:
-    return f"{record['plugin']['name']}:{record['backend']['name']}"
+    """The run's label: its backend, and the requirements added to its environment in a version
+    matrix (``--env``), so that two versions of one framework compare as two runs."""
+    added = record["environment"].get("worker", {}).get("added")
+    matrix = f" [{', '.join(added)}]" if added else ""
+    return f"{record['plugin']['name']}:{record['backend']['name']}{matrix}"
 
 
 def config_key(record: dict[str, Any]) -> str:

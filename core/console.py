@@ -132,8 +132,9 @@ class ResultsTable:
         if r["reason"]:
             status += f"\n{r['reason'][:120]}"
         tp, st, fl = r["throughput"], r["step_time"], r["flops"]
+        added = r["environment"].get("worker", {}).get("added")
         return [
-            f"{r['plugin']['name']}:{r['backend']['name']}", status,
+            f"{r['plugin']['name']}:{r['backend']['name']}" + (f"\n[{', '.join(added)}]" if added else ""), status,
             f"{r['device']['kind']}x{r['device']['count']} {r['device']['name']}".strip()
             + (f" ×{r['distributed']['workers']} workers" if r.get("distributed") else ""),
             r["precision"], model_label(r),

@@ -25,17 +25,17 @@ SERVICE_EXIT_GRACE_S = 20
 def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
               on_progress: Callable[[str, int, int], None] | None = None,
               on_started: Callable[[list[Worker]], None] | None = None,
-              launcher: list[str] | None = None) -> list[TrialOutcome]:
+              launcher: list[str] | None = None, python: str | None = None) -> list[TrialOutcome]:
     """One trial across ``launch.workers`` processes; one outcome per rank (all failed if one did).
     ``launcher`` prefixes every process's command (a private network namespace: ``accelbench.netns``)."""
     services: list[Worker] = []
     workers: list[Worker] = []
     try:
         for role, env in launch.services:
-            services.append(Worker(ref, config, env=env, label=role, launcher=launcher))
+            services.append(Worker(ref, config, env=env, label=role, launcher=launcher, python=python))
             services[-1].send("serve")
         for rank, env in enumerate(launch.worker_envs):
-            workers.append(Worker(ref, config, env=env, label=f"rank{rank}", launcher=launcher))
+            workers.append(Worker(ref, config, env=env, label=f"rank{rank}", launcher=launcher, python=python))
         if on_started:
             on_started(workers + services)
         reasons = _all(workers, services, "check")

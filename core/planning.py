@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import config as configuration
-from . import datasets, environment, memwatch, training
+from . import datasets, environment, envs, memwatch, training
 from .backend import BackendInfo, option_spec
 from .config import RunConfig
 from .errors import UsageError
@@ -27,30 +27,50 @@ class Plan:
     config: RunConfig  # resolved (as far as a refused run allows)
     #: the host's refusal (framework missing, unsupported request), when there is one
     precheck: TrialOutcome | None = None
+    #: the Python its workers run (the host's, the user's, or an environment made on first use)
+    setup: envs.WorkerSetup = envs.HOST
 
 
-def plan(refs: list[BackendRef], config: RunConfig) -> list[Plan]:
-    """Resolve every (backend, sweep point) up front, so bad input fails before anything runs."""
+def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | None = None,
+         matrix: list[tuple[str, ...]] | None = None) -> list[Plan]:
+    """Resolve every (backend, worker setup, sweep point) up front, so bad input fails before
+    anything runs. ``pythons``: plugin name -> a Python the user made (``--python``);
+    ``matrix``: requirement sets, one run of every backend under each (``--env``)."""
     _refuse_unknown_options(refs, config)
     _refuse_bad_option_values(refs, config)
     _refuse_unoffered(refs, config)
+    _refuse_unknown_plugins(refs, pythons or {})
     counts = environment.device_counts()
     dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
     plans = []
     for ref in refs:
-        for point in configuration.expand_sweep(config):
-            refusal = _host_precheck(ref, point) or _dataset_precheck(ref, dataset)
-            if refusal:
-                plans.append(Plan(ref, _resolve_for_record(ref, point, counts), refusal))
-                continue
-            resolved = _resolve(ref, point, counts)
-            if dataset and training.steps_per_epoch(dataset, resolved.global_batch) < 1:
-                raise UsageError(f"global batch {resolved.global_batch} is larger than the training split "
-                                 f"({dataset['splits']['train']['count']} images)")
-            if resolved.workers > 1 and resolved.scaling_baseline:
-                plans.append(Plan(ref, configuration.single_worker_baseline(resolved)))
-            plans.append(Plan(ref, resolved))
+        info = ref.backend.describe()
+        for setup in envs.setups(info.environment, ref.plugin.name, pythons or {}, matrix or []):
+            for point in configuration.expand_sweep(config):
+                plans += _plans_of(ref, setup, point, counts, dataset)
     return plans
+
+
+def _plans_of(ref: BackendRef, setup: envs.WorkerSetup, point: RunConfig, counts: dict[str, int],
+              dataset: dict[str, Any] | None) -> list[Plan]:
+    refusal = _host_precheck(ref, point, setup) or _dataset_precheck(ref, dataset)
+    if refusal:
+        return [Plan(ref, _resolve_for_record(ref, point, counts), refusal, setup)]
+    resolved = _resolve(ref, point, counts)
+    if dataset and training.steps_per_epoch(dataset, resolved.global_batch) < 1:
+        raise UsageError(f"global batch {resolved.global_batch} is larger than the training split "
+                         f"({dataset['splits']['train']['count']} images)")
+    if resolved.workers > 1 and resolved.scaling_baseline:
+        return [Plan(ref, configuration.single_worker_baseline(resolved), setup=setup), Plan(ref, resolved, setup=setup)]
+    return [Plan(ref, resolved, setup=setup)]
+
+
+def _refuse_unknown_plugins(refs: list[BackendRef], pythons: dict[str, str]) -> None:
+    selected = {ref.plugin.name for ref in refs}
+    for name in pythons:
+        if name not in selected:
+            raise UsageError(f"--python {name}=...: no selected backend is from plugin {name!r} "
+                             f"(selected: {', '.join(sorted(selected)) or 'none'})")
 
 
 def offers(info: BackendInfo, model: str | None) -> dict[str, tuple[str, ...]]:
@@ -132,10 +152,11 @@ def pick_device(supported: tuple[str, ...], requested: str, counts: dict[str, in
     return present[0] if present else "cpu"
 
 
-def _host_precheck(ref: BackendRef, config: RunConfig) -> TrialOutcome | None:
+def _host_precheck(ref: BackendRef, config: RunConfig, setup: envs.WorkerSetup = envs.HOST) -> TrialOutcome | None:
     """Refusals the host can decide without a worker: missing framework, unsupported request."""
     info = ref.backend.describe()
-    missing = ref.unavailable_reason()
+    # a framework in another Python is looked for there, by its worker
+    missing = ref.unavailable_reason() if setup.kind == "host" else None
     if missing:
         return TrialOutcome("unavailable", missing)
     miss = _unoffered(info, config)

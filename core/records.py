@@ -54,6 +54,8 @@ class RunContext:
     distributed: dict[str, Any] | None = None
     #: the ``schedule`` block: the run this record's trials were interleaved in, and why it stopped
     schedule: dict[str, Any] | None = None
+    #: ``environment.worker``: the Python the workers ran when it was not the host's
+    worker: dict[str, Any] | None = None
 
 
 def utc_now(timespec: str = "seconds") -> str:
@@ -75,7 +77,7 @@ def build(ctx: RunContext) -> dict[str, Any]:
     reason = f"the backend's results broke the result schema: {problems[0]}"
     failed = [TrialOutcome("failed", reason, round=o.round, started_utc=o.started_utc, ended_utc=o.ended_utc)
               for o in ctx.outcomes] or [TrialOutcome("failed", reason)]
-    return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule))
+    return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule, worker=ctx.worker))
 
 
 def _assemble(ctx: RunContext) -> dict[str, Any]:
@@ -112,7 +114,7 @@ def _assemble(ctx: RunContext) -> dict[str, Any]:
         # a copy: the record is rebuilt after every trial, and its building edits settings
         "settings": dict(prepared.settings),
         "config": cfg.to_dict(),
-        "environment": ctx.environment,
+        "environment": _environment(ctx),
         "warnings": list(prepared.warnings),
     }
     if ctx.distributed:
@@ -129,6 +131,15 @@ def _assemble(ctx: RunContext) -> dict[str, Any]:
         record["flops"] = {"per_image": prepared.flops_per_image, "achieved_per_s": None}
         _add_achieved_flops(record)
     return record
+
+
+def _environment(ctx: RunContext) -> dict[str, Any]:
+    """The host's environment, with the worker's Python and the packages installed there (read
+    in the worker) when the workers ran another Python than the host's."""
+    if not ctx.worker:
+        return ctx.environment
+    packages = {**ctx.environment["packages"], **ctx.worker.get("packages", {})}
+    return {**ctx.environment, "packages": packages, "worker": ctx.worker}
 
 
 def _add_achieved_flops(record: dict[str, Any]) -> None:

@@ -55,6 +55,8 @@ class BackendRef:
         Looks modules up with find_spec only: nothing is imported.
         """
         info = self.backend.describe()
+        if info.environment:  # its framework lives in its own environment, not the host's
+            return None
         missing = [m for m in info.requires if importlib.util.find_spec(m) is None]
         if missing:
             return f"{info.framework} is not installed (module {', '.join(missing)} not found)"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import datasets, environment, memwatch, netns, records
+from . import datasets, environment, envs, memwatch, netns, records
 from .config import RunConfig
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
@@ -54,6 +54,10 @@ class RunObserver:
     def finished(self, record: dict) -> None:
         """A trial ended; ``record`` is its run's record with every trial so far."""
 
+    def note(self, text: str) -> None:
+        """Something the user must be told while the run goes (an environment being made)."""
+        print(text, file=sys.stderr, flush=True)
+
 
 class WorkerFailure(Exception):
     def __init__(self, status: str, reason: str):
@@ -70,17 +74,20 @@ class Worker:
     """
 
     def __init__(self, ref: BackendRef, config: RunConfig, timeout_s: float | None = None,
-                 env: dict[str, str] | None = None, label: str = "worker", launcher: list[str] | None = None):
+                 env: dict[str, str] | None = None, label: str = "worker", launcher: list[str] | None = None,
+                 python: str | None = None):
         self.label = label
         self.conn, child = multiprocessing.Pipe()
         fd, self.log_path = tempfile.mkstemp(prefix=f"accelbench-{ref.id.replace(':', '-')}-{label}-", suffix=".log")
         with os.fdopen(fd, "w") as log:
             self.process = subprocess.Popen(
-                [*(launcher or []), sys.executable, "-m", "accelbench.worker", str(child.fileno())],
+                [*(launcher or []), python or sys.executable, "-m", "accelbench.worker", str(child.fileno())],
                 pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env={**os.environ, **(env or {})})
         child.close()
-        self.conn.send(sys.path)  # so the worker imports plugins exactly as the host did
+        # so the worker imports plugins exactly as the host did; another Python keeps its own
+        # packages and gets only the host's extra paths (plugins on PYTHONPATH)
+        self.conn.send((_extra_paths() if python else sys.path, bool(python)))
         try:
             self.conn.send((ref.backend, config))
             self.conn.send(framework_modules())
@@ -201,6 +208,14 @@ class Worker:
             return None
 
 
+def _extra_paths() -> list[str]:
+    """The host's import paths that are neither its standard library nor installed packages."""
+    installed = ("site-packages", "dist-packages")
+    prefixes = (sys.base_prefix, sys.prefix, sys.exec_prefix)
+    return [p for p in sys.path if p and not any(part in p for part in installed)
+            and not p.startswith(prefixes)]
+
+
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "no exit status"
@@ -211,14 +226,20 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, int, int], None] | None = None) -> TrialOutcome:
-    """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker."""
+def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, int, int], None] | None = None,
+              python: str | None = None, on_environment: Callable[[dict], None] | None = None) -> TrialOutcome:
+    """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker
+    (of ``python``, else the host's; ``on_environment`` gets what is installed there)."""
     try:
-        handle = Worker(ref, config)
+        handle = Worker(ref, config, python=python)
     except WorkerFailure as failure:
         return TrialOutcome(failure.status, failure.reason)
     prepared = None
     try:
+        if on_environment:
+            info = ref.backend.describe()
+            on_environment(handle.call("environment", list(info.requires),
+                                       [*environment.CORE_PACKAGES, *info.environment]))
         reason = handle.call("check")
         if reason:
             return TrialOutcome("unavailable", reason)
@@ -239,7 +260,8 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
 
 
 def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
-            observer: RunObserver | None = None, schedule: Schedule | None = None) -> list[dict]:
+            observer: RunObserver | None = None, schedule: Schedule | None = None,
+            create_envs: bool = True) -> list[dict]:
     """Run every plan's trials in the schedule's order; return one record per plan.
 
     After every trial, ``on_records`` gets the records of every plan so far (a finished trial is
@@ -247,7 +269,7 @@ def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
     """
     schedule = schedule or Schedule(rounds=max((p.config.trials for p in plans), default=1))
     observer = observer or RunObserver()
-    run = _ScheduledRun(plans, schedule)
+    run = _ScheduledRun(plans, schedule, create_envs)
     for round_index, index in run.slots():
         ctx = run.contexts[index]
         observer.started(ctx.ref.id, len(ctx.outcomes), round_index)
@@ -263,8 +285,8 @@ def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
 class _ScheduledRun:
     """The state of one invocation's plans while the schedule walks them."""
 
-    def __init__(self, plans: list[Plan], schedule: Schedule):
-        self.schedule, self.plans = schedule, plans
+    def __init__(self, plans: list[Plan], schedule: Schedule, create_envs: bool = True):
+        self.schedule, self.plans, self.create_envs = schedule, plans, create_envs
         env = environment.collect(m for p in plans for m in p.ref.backend.describe().requires)
         self.contexts = [RunContext(p.ref, p.config, env) for p in plans]
         self.finished = [False] * len(plans)
@@ -274,6 +296,8 @@ class _ScheduledRun:
                 self.finished[index] = True
         self.run_id, self.started = uuid.uuid4().hex, time.monotonic()
         self.rounds_run, self.stop_reason, self.looks = 0, "", 0
+        #: plan index -> the Python its workers run (None: the host's), once made
+        self.pythons: dict[int, str | None] = {}
 
     def slots(self) -> Iterator[tuple[int, int]]:
         """(round, plan) to run next; stops at the time budget, and (``until``) once decided."""
@@ -322,14 +346,34 @@ class _ScheduledRun:
         ctx, trial = self.contexts[index], len(self.contexts[index].outcomes)
         progress = _trial_progress(ctx, trial, observer)
         started = records.utc_now("milliseconds")
-        if ctx.config.workers > 1:
-            outcome = _multiworker_trial(ctx, progress)
+        try:
+            python = self._python(index, observer)
+        except envs.EnvironmentError_ as exc:
+            outcome = TrialOutcome("unavailable", f"no worker environment: {exc}")
         else:
-            outcome = run_trial(ctx.ref, ctx.config, progress)
+            learn = self._learn_worker(index) if python else None
+            if ctx.config.workers > 1:
+                outcome = _multiworker_trial(ctx, progress, python)
+            else:
+                outcome = run_trial(ctx.ref, ctx.config, progress, python, learn)
         outcome.round, outcome.started_utc, outcome.ended_utc = round_index, started, records.utc_now("milliseconds")
         ctx.outcomes.append(outcome)
         self.finished[index] = outcome.status != "ok"
         self.rounds_run = max(self.rounds_run, round_index + 1)
+
+    def _python(self, index: int, observer: RunObserver) -> str | None:
+        """The plan's worker Python, its environment made on first use (said on the terminal)."""
+        if index not in self.pythons:
+            setup = self.plans[index].setup
+            python, described = envs.interpreter(setup, self.create_envs, observer.note)
+            self.pythons[index] = python
+            self.contexts[index].worker = {**described, **({"added": list(setup.added)} if setup.added else {})}
+        return self.pythons[index]
+
+    def _learn_worker(self, index: int) -> Callable[[dict], None]:
+        def learn(found: dict) -> None:
+            self.contexts[index].worker.update(found)
+        return learn
 
     def records(self, final: bool = False) -> dict[int, dict]:
         """The record of every plan that has run (or was refused), by plan index; all when ``final``."""
@@ -360,7 +404,8 @@ def _baseline_key(ref: BackendRef, config: RunConfig) -> str:
     return configuration.single_worker_baseline(config).replace(seed=0).config_hash() + ref.id
 
 
-def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None] | None) -> TrialOutcome:
+def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None] | None,
+                       python: str | None = None) -> TrialOutcome:
     """One trial of a multi-worker plan; keeps the workers' block of the latest trial on ``ctx``."""
     from . import launch, multiworker
 
@@ -369,7 +414,7 @@ def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None
     try:
         launcher = namespace.launcher() if namespace else []
         outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers), progress,
-                                         launcher=launcher)
+                                         launcher=launcher, python=python)
     finally:
         if namespace:
             namespace.close()
@@ -415,7 +460,11 @@ class BackendSession:
         self.ref, self.config = ref, item.config
         self.call_times: list[float] = []
         self.losses: list[float | None] = []
-        self.worker = Worker(ref, self.config)
+        try:
+            python, self.worker_described = envs.interpreter(item.setup, True, lambda text: print(text, file=sys.stderr))
+        except envs.EnvironmentError_ as exc:
+            raise Unavailable(f"no worker environment: {exc}") from None
+        self.worker = Worker(ref, self.config, python=python)
         try:
             reason = self.worker.call("check")
             if reason:
@@ -446,7 +495,7 @@ class BackendSession:
                         timed_rule=f"counted: {timed_calls * per_call} steps")
         prepared = dataclasses.replace(self.prepared, settings={**self.prepared.settings, "timed_by": timed_by})
         ctx = RunContext(self.ref, config, environment.collect(self.ref.backend.describe().requires),
-                         [TrialOutcome("ok", "", timing, prepared)])
+                         [TrialOutcome("ok", "", timing, prepared)], worker=self.worker_described)
         return build(ctx)
 
     def close(self) -> None:

@@ -55,8 +55,11 @@ def main(fd: int) -> None:
     """
     die_with_parent()
     conn = Connection(fd)
-    host_path = conn.recv()
-    sys.path[:] = host_path + [p for p in sys.path if p not in host_path]
+    host_path, own_python = conn.recv()
+    if own_python:  # another Python (an environment): its packages first, the host's extra paths after
+        sys.path.extend(p for p in host_path if p not in sys.path)
+    else:
+        sys.path[:] = host_path + [p for p in sys.path if p not in host_path]
     backend, config = conn.recv()
     frameworks = conn.recv()
     apply_process_settings(config)
@@ -111,6 +114,8 @@ class _Session:
             calls, repeats = args
             return [run_timed(self.backend.matmul, TimingPlan(warmup_calls=2 if r == 0 else 0, timed_calls=calls))
                     for r in range(repeats)]
+        if command == "environment":  # what is installed where this worker runs
+            return _installed(*args)
         if command == "teardown":
             return self.backend.teardown()
         if command == "serve":
@@ -124,6 +129,25 @@ class _Session:
 
     def _progress(self, phase: str, done: int, total: int) -> None:
         self.conn.send(("progress", phase, done, total))
+
+
+def _installed(modules: list[str], requirements: list[str]) -> dict[str, Any]:
+    """This Python and the versions of the distributions providing ``modules`` and named by
+    ``requirements`` (read here, not in the host)."""
+    import platform
+    import re
+    from importlib import metadata
+
+    by_module = metadata.packages_distributions()
+    names = [d for m in modules for d in by_module.get(m.partition(".")[0], [])]
+    names += [re.split(r"[\[<>=!~;\s]", r, maxsplit=1)[0] for r in requirements]
+    packages = {}
+    for name in dict.fromkeys(names):
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"python": sys.executable, "python_version": platform.python_version(), "packages": packages}
 
 
 class ContractError(TypeError):

@@ -163,3 +163,61 @@ def test_a_measured_peak_gives_every_later_record_its_utilisation(toy_cli, tmp_p
                    "-o", str(tmp_path / "r2.json"), env=cache)
     [record] = load_records(tmp_path / "r2.json")
     assert "peak_per_sec" not in record["flops"]
+
+
+@pytest.fixture(scope="session")
+def env_cache(tmp_path_factory):
+    """One cache of worker environments for this session's environment tests."""
+    return {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("envcache"))}
+
+
+def test_a_backend_runs_in_its_own_environment_with_its_own_package_versions(toy_cli, tmp_path, env_cache):
+    """The host has six 1.17 (its frameworks' dependency); the backend declares six==1.16.0."""
+    from importlib import metadata
+
+    assert metadata.version("six") != "1.16.0"
+    done = toy_cli("run", "--plugin", "pinned", "--timed-steps", "5", "--warmup-steps", "1",
+                   "-o", str(tmp_path / "r.json"), env=env_cache)
+    assert done.returncode == 0, done.stderr
+    assert "making a worker environment for six==1.16.0" in done.stderr and "environment ready in" in done.stderr
+    [record] = load_records(tmp_path / "r.json")
+    assert record["status"] == "ok", record["reason"]
+    worker = record["environment"]["worker"]
+    assert worker["kind"] == "environment" and worker["requirements"] == ["six==1.16.0"]
+    assert worker["packages"]["six"] == "1.16.0" == record["environment"]["packages"]["six"]
+    assert record["framework"]["version"] == "1.16.0"  # read by the backend in its worker
+    assert record["settings"]["six_file"].startswith(env_cache["XDG_CACHE_HOME"])
+    # the second run finds the environment made
+    again = toy_cli("run", "--plugin", "pinned", "--timed-steps", "3", "--warmup-steps", "1",
+                    "-o", str(tmp_path / "r2.json"), env=env_cache)
+    assert again.returncode == 0 and "making a worker environment" not in again.stderr
+    listed = toy_cli("env", "list", env=env_cache)
+    assert worker["key"] in listed.stdout and "six==1.16.0" in listed.stdout
+
+
+def test_an_environment_that_cannot_be_made_is_unavailable_with_the_installers_reason(toy_cli, tmp_path, env_cache):
+    done = toy_cli("run", "--plugin", "pinned", "--plugin", "toy", "--env", "accelbench-no-such-package==9.9",
+                   "--timed-steps", "3", "--warmup-steps", "1", "-o", str(tmp_path / "r.json"), env=env_cache)
+    records = load_records(tmp_path / "r.json")
+    assert [r["status"] for r in records] == ["unavailable", "unavailable"]
+    for record in records:  # the installer's own line
+        assert record["reason"].startswith("no worker environment: installing ")
+        assert record["reason"].endswith("failed: ERROR: No matching distribution found for "
+                                         "accelbench-no-such-package==9.9")
+    assert done.returncode == 0  # unavailable is not a failure
+    env_root = Path(env_cache["XDG_CACHE_HOME"]) / "accelbench" / "envs"
+    assert not list(env_root.glob("*.partial"))
+
+
+def test_an_env_matrix_gives_one_record_per_version_and_compare_pairs_them(toy_cli, tmp_path, env_cache):
+    done = toy_cli("run", "--plugin", "pinned", "--env", "six==1.16.0", "--env", "six==1.17.0", "--trials", "3",
+                   "--timed-steps", "5", "--warmup-steps", "1", "-o", str(tmp_path / "r.json"), env=env_cache)
+    assert done.returncode == 0, done.stderr
+    old, new = load_records(tmp_path / "r.json")
+    assert (old["framework"]["version"], new["framework"]["version"]) == ("1.16.0", "1.17.0")
+    assert old["environment"]["worker"]["added"] == ["six==1.16.0"]
+    assert old["schedule"]["run_id"] == new["schedule"]["run_id"]  # interleaved rounds: paired
+    compared = toy_cli("compare", str(tmp_path / "r.json"), "--json")
+    [pair] = json.loads(compared.stdout)["comparisons"]
+    assert {pair["a"], pair["b"]} == {"pinned:pinned [six==1.16.0]", "pinned:pinned [six==1.17.0]"}
+    assert pair["samples"] == "3 paired rounds"

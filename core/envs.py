@@ -1,0 +1,271 @@
+"""Worker environments: a Python environment per distinct set of requirements, made on first use
+and cached (pre-commit's hook environments, asv's per-target ones), so frameworks that cannot
+share one environment (numpy 2 and numpy < 2) run side by side, each in its own worker.
+
+An environment holds accelbench itself (its worker needs only ``pluggy`` and ``click``) and the
+requirements a backend declares (``BackendInfo.environment``), plus any the user adds for a
+version matrix (``--env``). It lives in the user's cache under a hash of its requirements, the
+Python version and accelbench's version, and is rebuilt when any of them changes. ``uv`` builds it
+when it is on PATH (much faster); otherwise ``venv`` and ``pip``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+from .errors import UsageError
+
+#: what accelbench's worker imports, installed beside accelbench (no-deps) in every environment
+WORKER_PACKAGES = ("pluggy>=1.5", "click>=8.1")
+MANIFEST = "accelbench-env.json"
+INSTALL_TIMEOUT_S = 3600
+
+
+class EnvironmentError_(Exception):
+    """An environment could not be made; the message is the installer's own last line."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an environment must hold, beyond accelbench: requirement strings, in order."""
+
+    requirements: tuple[str, ...]
+
+    def key(self) -> str:
+        text = json.dumps({"requirements": sorted(self.requirements), "python": sys.version.split()[0],
+                           "accelbench": _accelbench_version()}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def with_overrides(self, extra: tuple[str, ...]) -> "EnvSpec":
+        """These requirements, with ``extra`` replacing any of the same distribution (``--env``)."""
+        names = {_requirement_name(r) for r in extra}
+        return EnvSpec(tuple(r for r in self.requirements if _requirement_name(r) not in names) + tuple(extra))
+
+
+@dataclass(frozen=True)
+class Environment:
+    path: Path
+    spec: EnvSpec
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    def exists(self) -> bool:
+        return (self.path / MANIFEST).exists() and self.python.exists()
+
+
+def root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "accelbench" / "envs"
+
+
+def for_spec(spec: EnvSpec) -> Environment:
+    return Environment(root() / spec.key(), spec)
+
+
+def parse_requirements(text: str, flag: str = "--env") -> tuple[str, ...]:
+    """``"tensorflow==2.20.*,tf-keras==2.20.*"`` -> its requirement strings, each checked."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not parts:
+        raise UsageError(f"{flag}: no requirement in {text!r}")
+    for part in parts:
+        try:
+            Requirement(part)
+        except InvalidRequirement as exc:
+            raise UsageError(f"{flag}: {part!r} is not a requirement ({exc})") from None
+    return parts
+
+
+def create(env: Environment, say=print) -> float:
+    """Make the environment (replacing a half-made one); seconds taken. EnvironmentError_ with
+    the installer's reason when it cannot be made; nothing is left behind then."""
+    started = time.monotonic()
+    staging = env.path.with_name(env.path.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _make_venv(staging)
+        python = staging / "bin" / "python"
+        # accelbench without its host-side dependencies (plots, statistics), then what its worker
+        # imports and what the backend needs, resolved together
+        _install(python, _accelbench_source(), "installing accelbench", no_deps=True)
+        _install(python, [*WORKER_PACKAGES, *env.spec.requirements],
+                 f"installing {', '.join(env.spec.requirements) or 'the worker packages'}")
+    except EnvironmentError_:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    (staging / MANIFEST).write_text(json.dumps({"spec": asdict(env.spec), "key": env.spec.key(),
+                                                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+    shutil.rmtree(env.path, ignore_errors=True)
+    staging.rename(env.path)
+    _fix_venv_paths(env.path, staging)
+    return time.monotonic() - started
+
+
+def ensure(env: Environment, allow_create: bool, say=print) -> Environment:
+    """The environment, made now if it does not exist yet (and ``allow_create``)."""
+    if env.exists():
+        return env
+    if not allow_create:
+        raise EnvironmentError_(f"environment {env.path} does not exist (--no-create-env; "
+                                f"make it with accelbench env create)")
+    say(f"making a worker environment for {', '.join(env.spec.requirements) or 'accelbench only'} "
+        f"in {env.path} (first use; cached)")
+    seconds = create(env)
+    say(f"environment ready in {seconds:.0f} s")
+    return env
+
+
+def listing() -> list[dict]:
+    """Every cached environment: path, Python, requirements, size."""
+    found = []
+    if not root().exists():
+        return found
+    for path in sorted(root().iterdir()):
+        manifest = path / MANIFEST
+        if not manifest.exists():
+            continue
+        data = json.loads(manifest.read_text())
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+        found.append({"path": str(path), "key": data["key"], "requirements": data["spec"]["requirements"],
+                      "created_utc": data["created_utc"], "python": _python_version(path / "bin" / "python"),
+                      "size_mb": round(size / 2**20)})
+    return found
+
+
+def remove(keys: tuple[str, ...] = ()) -> list[str]:
+    """Delete the environments with these keys (all when none given); their paths."""
+    removed = []
+    for entry in listing():
+        if not keys or entry["key"] in keys:
+            shutil.rmtree(entry["path"])
+            removed.append(entry["path"])
+    return removed
+
+
+def _make_venv(path: Path) -> None:
+    uv = shutil.which("uv")
+    command = ([uv, "venv", "--quiet", "--python", sys.executable, str(path)] if uv
+               else [sys.executable, "-m", "venv", str(path)])
+    _run(command, "creating the environment")
+
+
+def _install(python: Path, requirements: list[str], what: str, no_deps: bool = False) -> None:
+    uv = shutil.which("uv")
+    base = ([uv, "pip", "install", "--quiet", "--python", str(python)] if uv
+            else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+    _run([*base, *(["--no-deps"] if no_deps else []), *requirements], what)
+
+
+def _run(command: list[str], what: str) -> None:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvironmentError_(f"{what}: {exc}") from None
+    if done.returncode:
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        reason = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+        raise EnvironmentError_(f"{what} failed: {reason.strip()}")
+
+
+def _accelbench_source() -> list[str]:
+    """How to install this very accelbench: its source folder when installed from one (editable
+    or local), else its released version."""
+    dist = metadata.distribution("accelbench")
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        info = json.loads(direct)
+        url = info.get("url", "")
+        if url.startswith("file://"):
+            path = url.removeprefix("file://")
+            return ["-e", path] if info.get("dir_info", {}).get("editable") else [path]
+    return [f"accelbench=={dist.version}"]
+
+
+def _accelbench_version() -> str:
+    try:
+        return metadata.version("accelbench")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def _requirement_name(requirement: str) -> str:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(Requirement(requirement).name)
+
+
+def _python_version(python: Path) -> str:
+    try:
+        return subprocess.run([str(python), "-c", "import sys; print(sys.version.split()[0])"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _fix_venv_paths(path: Path, staging: Path) -> None:
+    """A venv records its own path in its scripts' shebangs and activate scripts; the worker
+    runs ``bin/python -m``, which needs none of them, so only ``pyvenv.cfg`` must be right."""
+    cfg = path / "pyvenv.cfg"
+    if cfg.exists():
+        cfg.write_text(cfg.read_text().replace(str(staging), str(path)))
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """Which Python a plan's workers run: the host's (neither set), one the user made
+    (``--python PLUGIN=PATH``), or an environment made from requirements."""
+
+    python: str | None = None
+    spec: EnvSpec | None = None
+    #: the requirements the user added for a version matrix (``--env``), part of the run's label
+    added: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "user" if self.python else "environment" if self.spec else "host"
+
+    def label(self) -> str:
+        return ",".join(self.added)
+
+
+HOST = WorkerSetup()
+
+
+def setups(info_environment: tuple[str, ...], plugin: str, pythons: dict[str, str],
+           matrix: list[tuple[str, ...]]) -> list[WorkerSetup]:
+    """The worker setups a backend runs under: ``--python`` for its plugin wins; else one per
+    ``--env`` entry (its requirements over the backend's own); else its own environment, if it
+    declares one; else the host's Python."""
+    if plugin in pythons:
+        return [WorkerSetup(python=pythons[plugin])]
+    base = EnvSpec(info_environment)
+    if matrix:
+        return [WorkerSetup(spec=base.with_overrides(extra), added=extra) for extra in matrix]
+    return [WorkerSetup(spec=base)] if info_environment else [HOST]
+
+
+def interpreter(setup: WorkerSetup, allow_create: bool, say=print) -> tuple[str | None, dict]:
+    """The Python to start workers with (None: the host's) and the record's description of it;
+    EnvironmentError_ when its environment cannot be made."""
+    if setup.kind == "host":
+        return None, {"kind": "host", "python": sys.executable}
+    if setup.kind == "user":
+        if not Path(setup.python).exists():
+            raise EnvironmentError_(f"--python {setup.python}: no such interpreter")
+        return setup.python, {"kind": "user", "python": setup.python}
+    env = ensure(for_spec(setup.spec), allow_create, say)
+    return str(env.python), {"kind": "environment", "python": str(env.python), "key": setup.spec.key(),
+                             "requirements": list(setup.spec.requirements)}

@@ -1,0 +1,40 @@
+"""jax_flax: ResNet-50 v1.5 in Flax, trained by a jitted optax SGD step, data-parallel over the
+local devices with ``jax.sharding``; bf16 compute with fp32 parameters (today's TPU recipe) or
+fp32. JAX needs numpy 2 and mxnet 1.9.1 numpy < 2, so this backend's workers run in an
+environment of their own, made on first use (``BackendInfo.environment``)."""
+
+from __future__ import annotations
+
+import accelbench
+from accelbench import BackendInfo, Prepared, RunConfig
+from accelbench.backend import RunBackend
+
+VERSION = "0.1.0"
+#: the worker environment; on a GPU machine add the CUDA build: --env 'jax[cuda12]'
+ENVIRONMENT = ("jax>=0.10", "flax>=0.10", "optax>=0.2")
+
+
+class FlaxResNet50(RunBackend):
+    info = BackendInfo(
+        name="resnet50", framework="jax", requires=("jax", "flax", "optax"),
+        models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
+        precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
+        default_batch={"cpu": 8, "gpu": 256, "tpu": 1024}, version=VERSION,
+        description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 compute",
+        environment=ENVIRONMENT)
+
+    def check(self, config: RunConfig) -> str | None:
+        from . import training
+
+        return training.device_problem(config)
+
+    def prepare(self, config: RunConfig) -> Prepared:
+        from . import training
+
+        self.run = training.JaxRun(config)
+        return self.run.prepared()
+
+
+@accelbench.hookimpl
+def register_backends(register):
+    register(FlaxResNet50())

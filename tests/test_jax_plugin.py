@@ -1,0 +1,50 @@
+"""jax_flax through the host, in its own environment (JAX needs numpy 2; the host has numpy 1.26
+for MXNet), with tiny shapes on the CPU. The first test makes the environment (cached)."""
+
+import pytest
+
+from conftest import loss_falls, run_backend
+
+pytestmark = pytest.mark.jax
+SMALL = dict(model="resnet_small", image_size=16, num_classes=10)
+# forward multiply-adds of one 224x224 image, conv + dense layers, ResNet-50 v1.5
+RESNET50_V15_MACS = 4.089e9
+
+
+def test_flax_resnet50_has_the_reference_parameters_and_flops():
+    record = run_backend("jax_flax", num_classes=1000, image_size=224, global_batch=2, timed_steps=2,
+                         warmup_steps=1, precision="fp32", timeout_s=900)
+    assert record["status"] == "ok", record["reason"]
+    assert record["model"] == {"name": "resnet50", "variant": "v1.5"}
+    # the TF, MXNet and PyTorch plugins' ResNet-50 has exactly these trainable parameters
+    assert record["settings"]["parameters"] == 25_557_032
+    assert record["flops"]["per_image"] == pytest.approx(6 * RESNET50_V15_MACS, rel=1e-3)
+    worker = record["environment"]["worker"]
+    assert worker["kind"] == "environment" and worker["packages"]["numpy"].startswith("2.")
+    assert record["environment"]["packages"]["jax"] == record["framework"]["version"] == worker["packages"]["jax"]
+    assert record["settings"]["frameworks_loaded"] == ["flax", "jax", "optax"]
+
+
+def test_flax_loss_falls_with_bf16_compute_and_fp32_parameters():
+    record = run_backend("jax_flax", precision="bf16", timed_steps=25, warmup_steps=0, **SMALL)
+    assert record["status"] == "ok", record["reason"]
+    assert record["precision"] == "bf16"
+    # read back from the model: the convolutions compute in bf16, the parameters stay fp32
+    assert record["settings"]["compute_dtype"] == "bfloat16" and record["settings"]["variable_dtype"] == "float32"
+    assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+
+
+def test_flax_fp32_computes_in_fp32():
+    record = run_backend("jax_flax", precision="fp32", timed_steps=2, warmup_steps=1, **SMALL)
+    assert record["status"] == "ok", record["reason"]
+    assert record["settings"]["compute_dtype"] == "float32"
+
+
+def test_flax_data_parallel_over_two_local_devices():
+    record = run_backend("jax_flax", device_count=2, global_batch=8, timed_steps=3, warmup_steps=1, **SMALL)
+    assert record["status"] == "ok", record["reason"]
+    assert record["device"]["count"] == 2 and record["batch"]["per_device"] == 4
+    devices = record["settings"]["devices"]
+    assert len(devices) == len(set(devices)) == 2
+    assert "--xla_force_host_platform_device_count=2" in record["settings"]["xla_flags"]
+    assert record["throughput"]["images"] == 8 * 3
