@@ -48,3 +48,22 @@ def test_flax_data_parallel_over_two_local_devices():
     assert len(devices) == len(set(devices)) == 2
     assert "--xla_force_host_platform_device_count=2" in record["settings"]["xla_flags"]
     assert record["throughput"]["images"] == 8 * 3
+
+
+def test_two_jax_processes_merge_into_one_record_with_identical_weights():
+    """jax.distributed through the plugin's engine: coordinator on loopback, gloo between CPUs."""
+    from accelbench import records, runner
+    from accelbench.config import RunConfig
+    from accelbench.registry import PluginHost
+
+    refs = PluginHost().select(["jax_flax"])
+    [merged] = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
+                                                          warmup_steps=1, timed_steps=4, timeout_s=600, **SMALL)),
+                              records.check_all)
+    assert merged["status"] == "ok", merged["reason"]
+    dist = merged["distributed"]
+    assert dist["engine"] == "jax_distributed" and dist["workers"] == 2 and merged["batch"]["global"] == 4
+    assert merged["settings"]["processes"] == 2 and len(merged["settings"]["devices"]) == 2
+    checksums = [w["final"]["weights_checksum"] for w in dist["per_worker"]]
+    assert checksums[0] == checksums[1]
+    assert merged["throughput"]["images"] == 4 * 4

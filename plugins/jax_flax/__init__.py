@@ -8,10 +8,31 @@ from __future__ import annotations
 import accelbench
 from accelbench import BackendInfo, Prepared, RunConfig
 from accelbench.backend import RunBackend
+from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "0.1.0"
 #: the worker environment; on a GPU machine add the CUDA build: --env 'jax[cuda12]'
 ENVIRONMENT = ("jax>=0.10", "flax>=0.10", "optax>=0.2")
+
+
+class JaxDistributedEngine(Engine):
+    """``jax.distributed``: every process joins the coordinator (process 0 runs it) and XLA's
+    collectives all-reduce the gradients inside the jitted step (gloo between CPU processes)."""
+
+    name = "jax_distributed"
+    description = "jax.distributed.initialize with a coordinator; collectives inside the jitted step"
+
+    def local(self, cluster: LocalCluster) -> LaunchPlan:
+        return self._plan(f"{cluster.host}:{cluster.free_port()}", cluster.workers, range(cluster.workers))
+
+    def rank(self, cluster: ClusterRank) -> LaunchPlan:
+        return self._plan(cluster.coordinator, cluster.workers, [cluster.rank])
+
+    def _plan(self, coordinator: str, workers: int, ranks) -> LaunchPlan:
+        from .training import COORDINATOR, PROCESS_ID, PROCESSES
+
+        return LaunchPlan(self.name, workers, [{COORDINATOR: coordinator, PROCESSES: str(workers),
+                                                PROCESS_ID: str(rank)} for rank in ranks])
 
 
 class FlaxResNet50(RunBackend):
@@ -22,6 +43,7 @@ class FlaxResNet50(RunBackend):
         default_batch={"cpu": 8, "gpu": 256, "tpu": 1024}, version=VERSION,
         description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 compute",
         environment=ENVIRONMENT)
+    engine = JaxDistributedEngine()
 
     def check(self, config: RunConfig) -> str | None:
         from . import training

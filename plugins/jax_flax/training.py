@@ -14,30 +14,48 @@ BASE_LEARNING_RATE = 0.1  # per 256 images, scaled linearly with the global batc
 COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
+#: set by the engine (``JaxDistributedEngine``) for a multi-process job
+COORDINATOR, PROCESSES, PROCESS_ID = "ACCELBENCH_JAX_COORDINATOR", "ACCELBENCH_JAX_PROCESSES", "ACCELBENCH_JAX_PROCESS_ID"
+_joined = []
+
+
 def import_jax(config: RunConfig):
-    """JAX, with ``device_count`` host devices on a CPU (XLA reads the flag once, at start)."""
+    """JAX, with ``device_count`` host devices on a CPU (XLA reads the flag once, at start), and
+    joined to its multi-process job when the engine set one up (before any device is touched)."""
     if config.device == "cpu" and config.device_count > 1:
         flag = f"--xla_force_host_platform_device_count={config.device_count}"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     import jax
 
+    if os.environ.get(COORDINATOR) and not _joined:
+        if config.device == "cpu":  # collectives between CPU processes
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(os.environ[COORDINATOR], num_processes=int(os.environ[PROCESSES]),
+                                   process_id=int(os.environ[PROCESS_ID]))
+        _joined.append(True)
     return jax
 
 
 def devices(jax, config: RunConfig) -> list:
-    return jax.devices(config.device)[:config.device_count]
+    """The job's devices: the first ``device_count`` of every process, in process order."""
+    found = sorted(jax.devices(config.device), key=lambda d: (d.process_index, d.id))
+    taken: dict[int, int] = {}
+    chosen = []
+    for device in found:
+        if taken.get(device.process_index, 0) < config.device_count:
+            taken[device.process_index] = taken.get(device.process_index, 0) + 1
+            chosen.append(device)
+    return chosen
 
 
 def device_problem(config: RunConfig) -> str | None:
     jax = import_jax(config)
     try:
-        found = jax.devices(config.device)
+        found = jax.local_devices(backend=config.device)
     except RuntimeError:
         found = []
     if len(found) < config.device_count:
         return f"{config.device_count} {config.device} device(s) requested, JAX sees {len(found)}"
-    if config.global_batch % config.device_count:
-        return f"global batch {config.global_batch} does not divide over {config.device_count} devices"
     return None
 
 
@@ -47,6 +65,7 @@ class JaxRun:
     def __init__(self, config: RunConfig):
         jax = import_jax(config)
         import jax.numpy as jnp
+        import numpy
         import optax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -54,7 +73,7 @@ class JaxRun:
 
         self.config, self.jax = config, jax
         self.devices = devices(jax, config)
-        mesh = Mesh(self.devices, ("data",))
+        mesh = Mesh(numpy.array(self.devices), ("data",))
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.batch_sharded = NamedSharding(mesh, PartitionSpec("data"))
         self.model = ResNet(config.num_classes, small=config.model == "resnet_small",
@@ -76,12 +95,15 @@ class JaxRun:
         self._step = jax.jit(self._train_step, donate_argnums=0)
 
     def _synthetic(self, jax, shape):
-        """Images and labels made once, split over the devices, reused every step."""
-        images_key, labels_key = jax.random.split(jax.random.PRNGKey(self.config.seed + 1))
-        batch = self.config.global_batch
-        images = jax.random.normal(images_key, (batch, *shape))
-        labels = jax.random.randint(labels_key, (batch,), 0, self.config.num_classes)
-        return jax.device_put(images, self.batch_sharded), jax.device_put(labels, self.batch_sharded)
+        """Images and labels made once by each process for its own devices, reused every step."""
+        import numpy
+
+        rng = numpy.random.default_rng(self.config.seed + 1 + jax.process_index())
+        batch = self.config.per_device_batch * self.config.device_count  # this process's share
+        images = rng.standard_normal((batch, *shape), dtype=numpy.float32)
+        labels = rng.integers(0, self.config.num_classes, batch, dtype=numpy.int32)
+        return (jax.make_array_from_process_local_data(self.batch_sharded, images),
+                jax.make_array_from_process_local_data(self.batch_sharded, labels))
 
     def _train_step(self, state, images, labels):
         import jax
@@ -104,10 +126,15 @@ class JaxRun:
         return float(loss.block_until_ready())  # the step has finished on every device
 
     def weights_checksum(self) -> float:
+        """Sum of every parameter (this process's replica), float64: equal on every worker."""
         import numpy
 
         params = self.jax.tree_util.tree_leaves(self.state[0])
-        return float(sum(numpy.asarray(p, dtype=numpy.float64).sum() for p in params))
+        return float(sum(numpy.asarray(p.addressable_data(0), dtype=numpy.float64).sum() for p in params))
+
+    def close(self) -> None:
+        if _joined:
+            self.jax.distributed.shutdown()
 
     def prepared(self) -> Prepared:
         jax = self.jax
@@ -122,6 +149,7 @@ class JaxRun:
                       "variable_dtype": str(params[0].dtype), "compute_dtype": self.compute_dtype,
                       "parameters": int(sum(p.size for p in params)),
                       "devices": [str(d) for d in self.devices], "platform": self.devices[0].platform,
+                      "processes": jax.process_count(),
                       "data_parallel": f"jax.sharding over {len(self.devices)} device(s)",
                       "jit": "jax.jit, state donated", "xla_flags": os.environ.get("XLA_FLAGS", ""),
                       "flops_counted_by": "conv and dense layers of the Flax model (kernel x output shapes)"})
