@@ -205,13 +205,16 @@ def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
     os.replace(tmp, out / MANIFEST)
 
 
-def load(folder: str | Path) -> dict[str, Any]:
-    """A converted dataset's manifest, with ``root`` (absolute folder) added; UsageError if not one."""
+def load(folder: str | Path, validate: bool = True) -> dict[str, Any]:
+    """A converted dataset's manifest, with ``root`` (absolute folder) added; UsageError if not one.
+    A worker reads it without validating (the host did, before it started; a worker's environment
+    has no schema validator)."""
     path = Path(folder) / MANIFEST
     if not path.is_file():
         raise UsageError(f"{folder}: not a converted dataset (no {MANIFEST}); run `accelbench data SOURCE {folder}`")
     manifest = inputs.read_json(path, "dataset manifest")
-    validation.validate_or_raise("dataset", manifest, what=f"dataset manifest {path}")
+    if validate:
+        validation.validate_or_raise("dataset", manifest, what=f"dataset manifest {path}")
     return {**manifest, "root": str(Path(folder).resolve())}
 
 

@@ -180,8 +180,13 @@ def _run(command: list[str], what: str) -> None:
 
 
 def _accelbench_source() -> list[str]:
-    """How to install this very accelbench: its source folder when installed from one (editable
-    or local), else its released version."""
+    """How to install this very accelbench: editable from its source tree when it runs from one
+    (found from the package itself: a stray ``*.egg-info`` on the path may shadow the installed
+    metadata), else as it was installed (a local folder, or its released version)."""
+    package = Path(__file__).resolve().parent
+    project = package.parent
+    if (project / "pyproject.toml").is_file() and not any(p in package.parts for p in ("site-packages", "dist-packages")):
+        return ["-e", str(project)]
     dist = metadata.distribution("accelbench")
     direct = dist.read_text("direct_url.json")
     if direct:

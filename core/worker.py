@@ -125,7 +125,7 @@ class _Session:
     @functools.cached_property
     def _dataset(self) -> dict[str, Any]:
         """Train mode's dataset manifest, read once for prepare and train."""
-        return datasets.load(self.config.train["dataset"])
+        return datasets.load(self.config.train["dataset"], validate=False)
 
     def _progress(self, phase: str, done: int, total: int) -> None:
         self.conn.send(("progress", phase, done, total))

@@ -12,7 +12,8 @@ from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "0.1.0"
 #: the worker environment; on a GPU machine add the CUDA build: --env 'jax[cuda12]'
-ENVIRONMENT = ("jax>=0.10", "flax>=0.10", "optax>=0.2")
+#: (Pillow: train mode decodes the image folder)
+ENVIRONMENT = ("jax>=0.10", "flax>=0.10", "optax>=0.2", "pillow>=9")
 
 
 class JaxDistributedEngine(Engine):
@@ -42,7 +43,7 @@ class FlaxResNet50(RunBackend):
         precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
         default_batch={"cpu": 8, "gpu": 256, "tpu": 1024}, version=VERSION,
         description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 compute",
-        environment=ENVIRONMENT)
+        data_format="imagefolder", environment=ENVIRONMENT)
     engine = JaxDistributedEngine()
 
     def check(self, config: RunConfig) -> str | None:
@@ -54,6 +55,23 @@ class FlaxResNet50(RunBackend):
         from . import training
 
         self.run = training.JaxRun(config)
+        return self.run.prepared()
+
+    # train mode (accelbench.training): the image folder, decoded by Pillow into numpy batches
+    def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
+        from accelbench.plugins import imagefolder
+
+        return imagefolder.write(examples, stem)
+
+    def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
+        from accelbench.plugins import imagefolder
+
+        return imagefolder.read(files)
+
+    def prepare_training(self, config: RunConfig, dataset: dict) -> Prepared:
+        from . import dataset as data
+
+        self.run = data.JaxDatasetRun(config, dataset)
         return self.run.prepared()
 
 

@@ -79,20 +79,33 @@ class JaxRun:
         self.model = ResNet(config.num_classes, small=config.model == "resnet_small",
                             dtype=jnp.dtype(COMPUTE_DTYPES[config.precision]))
         key = jax.random.PRNGKey(config.seed)
-        shape = (config.image_size, config.image_size, 3)
+        shape = (config.image_size, config.image_size, self.channels)
         variables = self.model.init(key, jnp.zeros((1, *shape)), train=False)
-        macs, self.compute_dtype = forward_macs(self.model, variables, config.image_size)
+        macs, self.compute_dtype = forward_macs(self.model, variables, config.image_size, self.channels)
         self.flops_per_image = training_flops(macs)
-        self.learning_rate = BASE_LEARNING_RATE * config.global_batch / 256
+        recipe = self._recipe()
+        self.learning_rate, self.momentum = recipe["learning_rate"], recipe["momentum"]
+        self.weight_decay, self.nesterov = recipe["weight_decay"], recipe["nesterov"]
+        self.label_smoothing = (config.train or {}).get("label_smoothing", 0.0)
+        # SGD as optax.sgd composes it (momentum trace, then -learning rate), with the rate an
+        # argument of the step so train mode's schedule changes it without recompiling; weight
+        # decay on conv and dense kernels only, never batch-norm parameters or biases
         self.tx = optax.chain(
-            # weight decay on conv and dense kernels only, never batch-norm parameters or biases
-            optax.add_decayed_weights(WEIGHT_DECAY, mask=lambda params: jax.tree_util.tree_map(
+            optax.add_decayed_weights(self.weight_decay, mask=lambda params: jax.tree_util.tree_map(
                 lambda p: p.ndim > 1, params)),
-            optax.sgd(self.learning_rate, momentum=MOMENTUM))
+            optax.trace(decay=self.momentum, nesterov=self.nesterov))
         state = (variables["params"], variables["batch_stats"], self.tx.init(variables["params"]))
         self.state = jax.device_put(state, self.replicated)
         self.images, self.labels = self._synthetic(jax, shape)
         self._step = jax.jit(self._train_step, donate_argnums=0)
+
+    @property
+    def channels(self) -> int:
+        return 3
+
+    def _recipe(self) -> dict:
+        return {"learning_rate": BASE_LEARNING_RATE * self.config.global_batch / 256, "momentum": MOMENTUM,
+                "weight_decay": WEIGHT_DECAY, "nesterov": False}
 
     def _synthetic(self, jax, shape):
         """Images and labels made once by each process for its own devices, reused every step."""
@@ -105,7 +118,7 @@ class JaxRun:
         return (jax.make_array_from_process_local_data(self.batch_sharded, images),
                 jax.make_array_from_process_local_data(self.batch_sharded, labels))
 
-    def _train_step(self, state, images, labels):
+    def _train_step(self, state, images, labels, learning_rate):
         import jax
         import optax
 
@@ -114,15 +127,20 @@ class JaxRun:
         def loss_of(params):
             logits, updated = self.model.apply({"params": params, "batch_stats": batch_stats}, images,
                                                train=True, mutable=["batch_stats"])
-            loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()  # fp32 logits
+            targets = optax.smooth_labels(jax.nn.one_hot(labels, self.config.num_classes), self.label_smoothing)
+            loss = optax.softmax_cross_entropy(logits, targets).mean()  # fp32 logits and loss
             return loss, updated["batch_stats"]
 
         (loss, batch_stats), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
         updates, opt_state = self.tx.update(grads, opt_state, params)
+        updates = jax.tree_util.tree_map(lambda u: -learning_rate * u, updates)
         return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
 
     def step(self) -> float:
-        self.state, loss = self._step(self.state, self.images, self.labels)
+        return self._run_step(self.images, self.labels, self.learning_rate)
+
+    def _run_step(self, images, labels, learning_rate: float) -> float:
+        self.state, loss = self._step(self.state, images, labels, learning_rate)
         return float(loss.block_until_ready())  # the step has finished on every device
 
     def weights_checksum(self) -> float:
@@ -144,8 +162,9 @@ class JaxRun:
             flops_per_image=self.flops_per_image, data_placement="device",
             framework_version=jax.__version__,
             settings={"flax": _version("flax"), "optax": _version("optax"), "jaxlib": _version("jaxlib"),
-                      "optimizer": "optax SGD + decayed weights (conv/dense kernels)",
-                      "learning_rate": self.learning_rate, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY,
+                      "optimizer": "optax SGD (trace, -learning rate) + decayed weights (conv/dense kernels)",
+                      "learning_rate": self.learning_rate, "momentum": self.momentum, "nesterov": self.nesterov,
+                      "weight_decay": self.weight_decay, "label_smoothing": self.label_smoothing,
                       "variable_dtype": str(params[0].dtype), "compute_dtype": self.compute_dtype,
                       "parameters": int(sum(p.size for p in params)),
                       "devices": [str(d) for d in self.devices], "platform": self.devices[0].platform,

@@ -10,28 +10,22 @@ Files are named ``<label>/<index><suffix>``, so the reader gives back the split'
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 from typing import Any
 
 from accelbench import Prepared, RunConfig
+from accelbench.plugins import imagefolder
 from accelbench.training import EVAL_CROP_FRACTION, describe_preprocessing
 
 from .training import TorchRun
 
-FORMAT = "imagefolder"
+FORMAT = imagefolder.FORMAT
 #: input-pipeline worker processes of each DataLoader
 LOADER_WORKERS = 2
 
 
 def write_imagefolder(examples: list[tuple[str, int]], stem: str) -> list[str]:
-    """One split as ``<stem>/<label>/<index><suffix>``, each file the source's bytes."""
-    root = Path(stem)
-    for index, (path, label) in enumerate(examples):
-        target = root / f"{label:05d}" / f"{index:08d}{Path(path).suffix.lower()}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-    return [str(root)]
+    return imagefolder.write(examples, stem)
 
 
 def image_folder(root: str, transform=None, channels: int = 3):
@@ -56,7 +50,8 @@ def image_folder(root: str, transform=None, channels: int = 3):
 
 
 def read_imagefolder(files: list[str]) -> list[tuple[str, int]]:
-    """(sha256 of the stored image bytes, label) of every sample, in stored order."""
+    """(sha256 of the stored image bytes, label) of every sample, in the order torchvision's
+    ImageFolder (the training reader) gives them."""
     return [(hashlib.sha256(Path(path).read_bytes()).hexdigest(), label)
             for path, label in image_folder(files[0]).samples]
 
