@@ -83,8 +83,8 @@ def parse_requirements(text: str, flag: str = "--env") -> tuple[str, ...]:
     for part in parts:
         try:
             Requirement(part)
-        except InvalidRequirement as exc:
-            raise UsageError(f"{flag}: {part!r} is not a requirement ({exc})") from None
+        except InvalidRequirement as exc:  # packaging's message spans lines: its first says why
+            raise UsageError(f"{flag}: {part!r} is not a requirement ({str(exc).splitlines()[0]})") from None
     return parts
 
 

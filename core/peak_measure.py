@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import environment, peaks, records
+from . import environment, envs, peaks, records
 from .config import RunConfig
 from .planning import plan
 from .registry import BackendRef
@@ -53,7 +53,11 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | N
         return outcome
     size = size or DEFAULT_SIZE.get(item.config.device, ACCELERATOR_SIZE)
     try:
-        worker = Worker(ref, item.config, label="peak")
+        python, _ = envs.interpreter(item.setup, True)  # the framework's own environment, if it has one
+        worker = Worker(ref, item.config, label="peak", python=python)
+    except envs.EnvironmentError_ as exc:
+        outcome.reason = f"no worker environment: {exc}"
+        return outcome
     except WorkerFailure as failure:
         outcome.status, outcome.reason = failure.status, failure.reason
         return outcome

@@ -3,6 +3,7 @@ killed host leave no process behind; a finished measurement is never lost to an 
 
 import json
 import signal
+import sys
 import time
 
 import pytest
@@ -58,6 +59,12 @@ BAD_INPUTS = [
     (["run", "--plugin", "mxnet_ngc", "--option", "kvstore=nccl"], "--option kvstore: must be one of device, local, got 'nccl'"),
     (["run", "--plugin", "torch_ref", "--option", "compile=yes"], "--option compile: must be a boolean (true or false), got 'yes'"),
     (["run", "--plugin", "tf_benchmarks", "--option", "jit=1"], "unknown option 'jit' for the selected backends"),
+    # worker environments
+    (["run", *SLEEPY, "--env", "six=<1 !!"], "--env: 'six=<1 !!' is not a requirement"),
+    (["run", *SLEEPY, "--env", " , "], "--env: no requirement in ' , '"),
+    (["run", *SLEEPY, "--python", "sleepy"], "--python must be PLUGIN=PATH, got 'sleepy'"),
+    (["run", *SLEEPY, "--python", "sleepy={tmp}/important.txt"], "important.txt: not an executable file"),
+    (["run", *SLEEPY, "--python", f"other={sys.executable}"], "--python other=...: no selected backend is from plugin 'other'"),
 ]
 
 

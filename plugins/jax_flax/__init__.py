@@ -57,6 +57,24 @@ class FlaxResNet50(RunBackend):
         self.run = training.JaxRun(config)
         return self.run.prepared()
 
+    # accelbench peak: a jitted jnp.dot at the run's precision, synced with block_until_ready
+    def prepare_matmul(self, config: RunConfig, size: int) -> Prepared:
+        from . import training
+
+        jax = training.import_jax(config)
+        import jax.numpy as jnp
+
+        device = jax.local_devices(backend=config.device)[0]
+        dtype = jnp.dtype(training.COMPUTE_DTYPES[config.precision])
+        keys = jax.random.split(jax.random.PRNGKey(config.seed))
+        self.operands = [jax.device_put(jax.random.normal(k, (size, size)).astype(dtype), device) for k in keys]
+        self.product = jax.jit(jnp.dot)
+        return Prepared(device_name=training.device_name(device), framework_version=jax.__version__,
+                        settings={"operator": "jax.jit(jnp.dot)", "dtype": str(dtype)})
+
+    def matmul(self) -> None:
+        self.product(*self.operands).block_until_ready()
+
     # train mode (accelbench.training): the image folder, decoded by Pillow into numpy batches
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from accelbench.plugins import imagefolder

@@ -158,7 +158,7 @@ class JaxRun:
         jax = self.jax
         params = jax.tree_util.tree_leaves(self.state[0])
         return Prepared(
-            device_name=_device_name(self.devices[0]),
+            device_name=device_name(self.devices[0]),
             flops_per_image=self.flops_per_image, data_placement="device",
             framework_version=jax.__version__,
             settings={"flax": _version("flax"), "optax": _version("optax"), "jaxlib": _version("jaxlib"),
@@ -180,7 +180,7 @@ def _version(distribution: str) -> str:
     return version(distribution)
 
 
-def _device_name(device) -> str:
+def device_name(device) -> str:
     if device.platform == "cpu":
         from accelbench.environment import cpu_model
 
