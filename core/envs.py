@@ -41,8 +41,9 @@ class EnvSpec:
     requirements: tuple[str, ...]
 
     def key(self) -> str:
+        # accelbench's source too: an environment holds accelbench editable from one source tree
         text = json.dumps({"requirements": sorted(self.requirements), "python": sys.version.split()[0],
-                           "accelbench": _accelbench_version()}, sort_keys=True)
+                           "accelbench": _accelbench_version(), "source": _accelbench_source()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def with_overrides(self, extra: tuple[str, ...]) -> "EnvSpec":
