@@ -124,7 +124,7 @@ class BackendInfo:
     options: dict[str, "str | Option"] = field(default_factory=dict)
     #: the dataset format this backend trains from in train mode, if any (a name of the plugin's)
     data_format: str | None = None
-    #: requirements of the backend's own worker environment (``"jax[cpu]>=0.10"``, ...), for a
+    #: requirements of the backend's own worker environment (``"someframework>=2.0"``, ...), for a
     #: framework that cannot share the host's environment; empty: workers use the host's Python.
     #: accelbench makes the environment on first use and caches it (``accelbench env``)
     environment: tuple[str, ...] = ()

@@ -133,7 +133,7 @@ def plugins() -> None:
               help="Run this plugin's workers with a Python you made (repeatable).")
 @click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS",
               help="Run every selected backend in an environment with these comma-separated requirements "
-                   "added, e.g. 'tensorflow==2.20.*,tf-keras==2.20.*'; repeat for a version matrix.")
+                   "added, e.g. 'framework==2.20.*,its-addon==2.20.*'; repeat for a version matrix.")
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
 @price_options
 def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, until_decided,

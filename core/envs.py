@@ -75,7 +75,7 @@ def for_spec(spec: EnvSpec) -> Environment:
 
 
 def parse_requirements(text: str, flag: str = "--env") -> tuple[str, ...]:
-    """``"tensorflow==2.20.*,tf-keras==2.20.*"`` -> its requirement strings, each checked."""
+    """``"framework==2.20.*,its-addon==2.20.*"`` -> its requirement strings, each checked."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     parts = tuple(p.strip() for p in text.split(",") if p.strip())
@@ -253,14 +253,33 @@ HOST = WorkerSetup()
 def setups(info_environment: tuple[str, ...], plugin: str, pythons: dict[str, str],
            matrix: list[tuple[str, ...]]) -> list[WorkerSetup]:
     """The worker setups a backend runs under: ``--python`` for its plugin wins; else one per
-    ``--env`` entry (its requirements over the backend's own); else its own environment, if it
-    declares one; else the host's Python."""
+    ``--env`` entry (its requirements over the backend's own); else the host's Python when the
+    host already has what the backend's environment would hold (``pip install accelbench[all]``),
+    else that environment (made on first use)."""
     if plugin in pythons:
         return [WorkerSetup(python=pythons[plugin])]
     base = EnvSpec(info_environment)
     if matrix:
         return [WorkerSetup(spec=base.with_overrides(extra), added=extra) for extra in matrix]
-    return [WorkerSetup(spec=base)] if info_environment else [HOST]
+    return [HOST] if host_satisfies(info_environment) else [WorkerSetup(spec=base)]
+
+
+def host_satisfies(requirements: tuple[str, ...]) -> bool:
+    """Whether the host's installed distributions meet every requirement (by metadata; nothing
+    is imported)."""
+    from packaging.requirements import Requirement
+
+    for text in requirements:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        try:
+            installed = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            return False
+        if not requirement.specifier.contains(installed, prereleases=True):
+            return False
+    return True
 
 
 def interpreter(setup: WorkerSetup, allow_create: bool, say=print) -> tuple[str | None, dict]:

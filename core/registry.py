@@ -55,7 +55,7 @@ class BackendRef:
         Looks modules up with find_spec only: nothing is imported.
         """
         info = self.backend.describe()
-        if info.environment:  # its framework lives in its own environment, not the host's
+        if info.environment:  # the host's or, made on first use, an environment of its own
             return None
         missing = [m for m in info.requires if importlib.util.find_spec(m) is None]
         if missing:

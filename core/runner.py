@@ -507,8 +507,15 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict
     other ranks' by ``accelbench merge``. Its throughput is the job's as this rank timed it."""
     from . import multiworker
 
-    outcomes = multiworker.run_trial(ref, config, launch_plan)
-    ctx = RunContext(ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)])
+    [setup] = envs.setups(ref.backend.describe().environment, ref.plugin.name, {}, [])
+    try:
+        python, described = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
+    except envs.EnvironmentError_ as exc:
+        return build(RunContext(ref, config, environment.collect(ref.backend.describe().requires),
+                                [TrialOutcome("unavailable", f"no worker environment: {exc}")]))
+    outcomes = multiworker.run_trial(ref, config, launch_plan, python=python)
+    ctx = RunContext(ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)],
+                     worker=described)
     ctx.distributed = _distributed_block(ref.backend.engine.name, config, outcomes, rank, None,
                                          MULTI_HOST_NETWORK)
     return build(ctx)
@@ -535,7 +542,14 @@ class DatasetWriter:
 
     def _call(self, command: str, *args: Any) -> Any:
         if self.worker is None:
-            self.worker = Worker(self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data")
+            info = self.ref.backend.describe()
+            [setup] = envs.setups(info.environment, self.ref.plugin.name, {}, [])
+            try:
+                python, _ = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
+            except envs.EnvironmentError_ as exc:
+                raise RuntimeError(f"{self.ref.id}: no worker environment: {exc}") from None
+            self.worker = Worker(self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data",
+                                 python=python)
         try:
             return self.worker.call(command, *args)
         except WorkerFailure as failure:
@@ -551,7 +565,8 @@ def dataset_writers(refs: list[BackendRef]) -> Iterator[dict[str, DatasetWriter]
     """One writer per dataset format, from the first available backend that trains from it;
     their workers are closed on leaving."""
     writers: dict[str, DatasetWriter] = {}
-    for ref in refs:
+    # a backend the host's Python runs first: no environment is made just to write a format
+    for ref in sorted(refs, key=lambda r: not envs.host_satisfies(r.backend.describe().environment)):
         fmt = ref.backend.describe().data_format
         if fmt and fmt not in writers and ref.unavailable_reason() is None:
             writers[fmt] = DatasetWriter(ref)

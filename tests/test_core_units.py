@@ -178,3 +178,28 @@ def test_option_declarations_accept_and_refuse_values():
     assert "options must map option names to an accelbench.Option or a description" in info.problems()
     info = BackendInfo(name="b", framework="f", requires=(), models=("m",), options={"x": Option("x", kind="complex")})
     assert any("kind must be one of" in p for p in info.problems())
+
+
+def test_built_in_environments_are_the_distributions_extras_and_the_host_may_satisfy_them():
+    import tomllib
+    from pathlib import Path
+
+    from accelbench import envs
+    from accelbench.plugins.extras import extra
+    from accelbench.registry import PluginHost
+
+    declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    extras = declared["project"]["optional-dependencies"]
+    infos = {ref.plugin.name: ref.backend.describe() for ref in PluginHost().backends()}
+    for plugin, name in {"tf_benchmarks": "tf", "tpu_official": "tf", "mxnet_ngc": "mxnet",
+                         "torch_ref": "torch", "jax_flax": "jax"}.items():
+        # the same requirements as pyproject's extra (packaging may reorder a specifier's clauses)
+        assert [r.split("=")[0].split("<")[0].split(">")[0] for r in infos[plugin].environment] == \
+            [r.split("=")[0].split("<")[0].split(">")[0] for r in extras[name]]
+        assert infos[plugin].environment == extra(name)
+    assert not envs.host_satisfies(("six==1.16.0",)) and envs.host_satisfies(("six>=1",))
+    assert not envs.host_satisfies(("accelbench-no-such-package",))
+    # jax needs numpy 2; the host holds mxnet 1.9.1's numpy 1.26: jax_flax gets its own environment
+    [setup] = envs.setups(infos["jax_flax"].environment, "jax_flax", {}, [])
+    assert setup.kind == "environment"
+    assert envs.setups(infos["jax_flax"].environment, "jax_flax", {"jax_flax": "/usr/bin/python3"}, [])[0].kind == "user"

@@ -8,12 +8,10 @@ from __future__ import annotations
 import accelbench
 from accelbench import BackendInfo, Prepared, RunConfig
 from accelbench.backend import RunBackend
+from accelbench.plugins.extras import extra
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "0.1.0"
-#: the worker environment; on a GPU machine add the CUDA build: --env 'jax[cuda12]'
-#: (Pillow: train mode decodes the image folder)
-ENVIRONMENT = ("jax>=0.10", "flax>=0.10", "optax>=0.2", "pillow>=9")
 
 
 class JaxDistributedEngine(Engine):
@@ -43,7 +41,7 @@ class FlaxResNet50(RunBackend):
         precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
         default_batch={"cpu": 8, "gpu": 256, "tpu": 1024}, version=VERSION,
         description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 compute",
-        data_format="imagefolder", environment=ENVIRONMENT)
+        data_format="imagefolder", environment=extra("jax"))
     engine = JaxDistributedEngine()
 
     def check(self, config: RunConfig) -> str | None:

@@ -13,6 +13,7 @@ import os
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.backend import RunBackend
+from accelbench.plugins.extras import extra
 from accelbench.plugins.model_specs import RESNET50_VARIANTS
 
 from .engine import DmlcPsEngine
@@ -26,7 +27,8 @@ class NgcResNet50(RunBackend):
         variants={"resnet50": RESNET50_VARIANTS}, precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
         batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
         version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
-        options={"kvstore": Option("kvstore across contexts: device (default) or local", choices=("device", "local"))}, data_format="recordio")
+        options={"kvstore": Option("kvstore across contexts: device (default) or local", choices=("device", "local"))}, data_format="recordio",
+        environment=extra("mxnet"))
     engine = DmlcPsEngine()
 
     def check(self, config: RunConfig) -> str | None:

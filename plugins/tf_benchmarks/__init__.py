@@ -8,6 +8,7 @@ same measurement on TensorFlow 2.21 (Keras 2 via tf-keras; see ``tf_common``).
 from __future__ import annotations
 
 import accelbench
+from accelbench.plugins.extras import extra
 from accelbench import BackendInfo, Option, RunConfig
 
 from ..model_specs import RESNET50_VARIANTS
@@ -27,7 +28,7 @@ class TfCnnResNet50(TfBackend):
         default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
         options={"jit_compile": Option("compile the step with XLA (default false: slower on CPU)", kind="bool")},
-        data_format="tfrecord")
+        data_format="tfrecord", environment=extra("tf"))
     protocol = "tf_cnn_benchmarks"
 
     def recipe(self, config: RunConfig) -> Recipe:

@@ -17,6 +17,7 @@ import tempfile
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.backend import RunBackend
+from accelbench.plugins.extras import extra
 from accelbench.errors import UsageError
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
@@ -65,7 +66,7 @@ class TorchResNet50(RunBackend):
         description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
         options={"compile": Option("torch.compile the model (default false)", kind="bool"),
                  "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool")},
-        data_format="imagefolder")
+        data_format="imagefolder", environment=extra("torch"))
     engine = TorchDistributedEngine()
 
     def check(self, config: RunConfig) -> str | None:

@@ -10,6 +10,7 @@ Model and step code are shared with tf_benchmarks (``accelbench.plugins.tf_commo
 from __future__ import annotations
 
 import accelbench
+from accelbench.plugins.extras import extra
 from accelbench import BackendInfo, Option, RunConfig
 
 from ..tf_common import Recipe, TfBackend
@@ -31,7 +32,7 @@ class OfficialTpuResNet50(TfBackend):
         options={"steps_per_loop": Option("training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)",
                                           kind="int", minimum=1),
                  "tpu": Option("TPU name or address for TPUClusterResolver (default local)", kind="str")},
-        data_format="tfrecord")
+        data_format="tfrecord", environment=extra("tf"))
     protocol = "official TPU ResNet-50 (iterations_per_loop)"
 
     def recipe(self, config: RunConfig) -> Recipe:
