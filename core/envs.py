@@ -2,8 +2,8 @@
 and cached (pre-commit's hook environments, asv's per-target ones), so frameworks that cannot
 share one environment (numpy 2 and numpy < 2) run side by side, each in its own worker.
 
-An environment holds accelbench itself (its worker needs only ``pluggy`` and ``click``) and the
-requirements a backend declares (``BackendInfo.environment``), plus any the user adds for a
+An environment holds accelbench itself (its worker needs only ``pluggy``, ``click`` and
+``packaging``) and the requirements a backend declares (``BackendInfo.environment``), plus any the user adds for a
 version matrix (``--env``). It lives in the user's cache under a hash of its requirements, the
 Python version and accelbench's version, and is rebuilt when any of them changes. ``uv`` builds it
 when it is on PATH (much faster); otherwise ``venv`` and ``pip``.
@@ -24,8 +24,9 @@ from pathlib import Path
 
 from .errors import UsageError
 
-#: what accelbench's worker imports, installed beside accelbench (no-deps) in every environment
-WORKER_PACKAGES = ("pluggy>=1.5", "click>=8.1")
+#: what accelbench's worker and the plugin modules import, installed beside accelbench (no-deps)
+#: in every environment
+WORKER_PACKAGES = ("pluggy>=1.5", "click>=8.1", "packaging>=23")
 MANIFEST = "accelbench-env.json"
 INSTALL_TIMEOUT_S = 3600
 
@@ -42,8 +43,9 @@ class EnvSpec:
 
     def key(self) -> str:
         # accelbench's source too: an environment holds accelbench editable from one source tree
-        text = json.dumps({"requirements": sorted(self.requirements), "python": sys.version.split()[0],
-                           "accelbench": _accelbench_version(), "source": _accelbench_source()}, sort_keys=True)
+        text = json.dumps({"requirements": sorted(self.requirements), "worker": WORKER_PACKAGES,
+                           "python": sys.version.split()[0], "accelbench": _accelbench_version(),
+                           "source": _accelbench_source()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def with_overrides(self, extra: tuple[str, ...]) -> "EnvSpec":
