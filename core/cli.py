@@ -365,8 +365,9 @@ def env_list() -> None:
     from . import envs
 
     for entry in envs.listing():
+        installed = ", ".join(f"{name} {version}" for name, version in entry["installed"].items())
         click.echo(f"{entry['path']}  python {entry['python']}  {entry['size_mb']} MB  "
-                   f"{', '.join(entry['requirements']) or '-'}")
+                   f"{', '.join(entry['requirements']) or '-'}  [{installed or 'versions not recorded'}]")
 
 
 @env.command("remove")

@@ -108,7 +108,8 @@ def create(env: Environment, say=print) -> float:
     except EnvironmentError_:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    (staging / MANIFEST).write_text(json.dumps({"spec": asdict(env.spec), "key": env.spec.key(),
+    installed = _installed_versions(staging / "bin" / "python", env.spec.requirements)
+    (staging / MANIFEST).write_text(json.dumps({"spec": asdict(env.spec), "key": env.spec.key(), "installed": installed,
                                                 "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
     shutil.rmtree(env.path, ignore_errors=True)
     staging.rename(env.path)
@@ -142,6 +143,7 @@ def listing() -> list[dict]:
         data = json.loads(manifest.read_text())
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
         found.append({"path": str(path), "key": data["key"], "requirements": data["spec"]["requirements"],
+                      "installed": data.get("installed", {}),
                       "created_utc": data["created_utc"], "python": _python_version(path / "bin" / "python"),
                       "size_mb": round(size / 2**20)})
     return found
@@ -213,6 +215,19 @@ def _requirement_name(requirement: str) -> str:
     from packaging.utils import canonicalize_name
 
     return canonicalize_name(Requirement(requirement).name)
+
+
+def _installed_versions(python: Path, requirements: tuple[str, ...]) -> dict[str, str]:
+    """The versions the environment holds of its requirements' distributions (read there)."""
+    names = [_requirement_name(r) for r in requirements]
+    script = ("import json, sys\nfrom importlib import metadata\nfound = {}\n"
+              "for name in sys.argv[1:]:\n    try: found[name] = metadata.version(name)\n"
+              "    except metadata.PackageNotFoundError: pass\nprint(json.dumps(found))")
+    try:
+        done = subprocess.run([str(python), "-c", script, *names], capture_output=True, text=True, timeout=60)
+        return json.loads(done.stdout or "{}")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
 
 
 def _python_version(python: Path) -> str:

@@ -192,7 +192,7 @@ def test_a_backend_runs_in_its_own_environment_with_its_own_package_versions(toy
                     "-o", str(tmp_path / "r2.json"), env=env_cache)
     assert again.returncode == 0 and "making a worker environment" not in again.stderr
     listed = toy_cli("env", "list", env=env_cache)
-    assert worker["key"] in listed.stdout and "six==1.16.0" in listed.stdout
+    assert worker["key"] in listed.stdout and "six==1.16.0" in listed.stdout and "[six 1.16.0]" in listed.stdout
 
 
 def test_an_environment_that_cannot_be_made_is_unavailable_with_the_installers_reason(toy_cli, tmp_path, env_cache):
