@@ -103,14 +103,17 @@ def test_published_peaks(kind, name, precision, devices, tflops):
         assert "datasheet" in peak.source or "documentation" in peak.source
 
 
-def test_a_gpu_record_gets_its_utilisation():
+def test_a_gpu_record_gets_its_utilisation(monkeypatch, tmp_path):
     from accelbench.records import _add_utilisation
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no peak measured on this machine
     record = {"device": {"kind": "gpu", "count": 4, "name": "Tesla V100-SXM2-16GB"}, "precision": "fp16",
-              "environment": {"accelerators": []}, "flops": {"per_image": 2.3e10, "achieved_per_s": 1.0e14}}
+              "framework": {"name": "tensorflow", "version": "2.21.0"},
+              "environment": {"accelerators": [], "cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2"]},
+              "flops": {"per_image": 2.3e10, "achieved_per_s": 1.0e14}}
     _add_utilisation(record)
     assert record["flops"]["peak_per_sec"] == pytest.approx(4 * 125e12)
     assert record["flops"]["utilisation"] == pytest.approx(0.2)
     cpu = {**record, "device": {"kind": "cpu", "count": 1, "name": "AMD EPYC"}, "flops": {"achieved_per_s": 1e11}}
     _add_utilisation(cpu)
-    assert "utilisation" not in cpu["flops"]  # no invented peak for a CPU
+    assert "utilisation" not in cpu["flops"]  # no invented peak for a CPU (none measured here either)
