@@ -98,17 +98,21 @@ def create(env: Environment, say=print) -> float:
     staging = env.path.with_name(env.path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     try:
+        say(f"  creating the environment ({'uv' if shutil.which('uv') else 'venv + pip'})")
         _make_venv(staging)
         python = staging / "bin" / "python"
         # accelbench without its host-side dependencies (plots, statistics), then what its worker
         # imports and what the backend needs, resolved together
+        say("  installing accelbench (its worker's part)")
         _install(python, _accelbench_source(), "installing accelbench", no_deps=True)
-        _install(python, [*WORKER_PACKAGES, *env.spec.requirements],
-                 f"installing {', '.join(env.spec.requirements) or 'the worker packages'}")
+        what = f"installing {', '.join(env.spec.requirements) or 'the worker packages'}"
+        say(f"  {what}")
+        _install(python, [*WORKER_PACKAGES, *env.spec.requirements], what)
     except EnvironmentError_:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     installed = _installed_versions(staging / "bin" / "python", env.spec.requirements)
+    say(f"  installed: {', '.join(f'{name} {version}' for name, version in installed.items()) or '-'}")
     (staging / MANIFEST).write_text(json.dumps({"spec": asdict(env.spec), "key": env.spec.key(), "installed": installed,
                                                 "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
     shutil.rmtree(env.path, ignore_errors=True)
@@ -126,7 +130,7 @@ def ensure(env: Environment, allow_create: bool, say=print) -> Environment:
                                 f"make it with accelbench env create)")
     say(f"making a worker environment for {', '.join(env.spec.requirements) or 'accelbench only'} "
         f"in {env.path} (first use; cached)")
-    seconds = create(env)
+    seconds = create(env, say)
     say(f"environment ready in {seconds:.0f} s")
     return env
 
