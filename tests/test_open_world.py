@@ -180,6 +180,7 @@ def test_a_backend_runs_in_its_own_environment_with_its_own_package_versions(toy
                    "-o", str(tmp_path / "r.json"), env=env_cache)
     assert done.returncode == 0, done.stderr
     assert "making a worker environment for six==1.16.0" in done.stderr and "environment ready in" in done.stderr
+    assert "  installing six==1.16.0" in done.stderr and "  installed: six 1.16.0" in done.stderr
     [record] = load_records(tmp_path / "r.json")
     assert record["status"] == "ok", record["reason"]
     worker = record["environment"]["worker"]
