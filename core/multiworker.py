@@ -68,8 +68,9 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
     while len(answers) < len(workers):
         pending = [c for c, (rank, _) in by_conn.items() if rank is None or rank not in answers]
         remaining = max(0.0, deadline - time.monotonic())
-        ready = wait(pending, timeout=min(remaining, MEMORY_CHECK_INTERVAL_S))
-        if not ready and remaining > MEMORY_CHECK_INTERVAL_S:
+        watched = any(w.memory_limit_mb for w in workers)  # else one wait (see Worker._receive)
+        ready = wait(pending, timeout=min(remaining, MEMORY_CHECK_INTERVAL_S) if watched else remaining)
+        if not ready and watched and remaining > MEMORY_CHECK_INTERVAL_S:
             for rank, process in enumerate(workers):
                 _check_memory(process, rank)
             continue

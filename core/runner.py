@@ -168,7 +168,8 @@ class Worker:
                 self.kill()
                 raise WorkerFailure("timeout", f"no result within the {self.timeout_s:g} s timeout "
                                                f"(stopped during {self.phase})")
-            if self.conn.poll(min(remaining, MEMORY_CHECK_INTERVAL_S)):
+            # without a limit, one wait: a host that wakes up often steals a core from the framework
+            if self.conn.poll(min(remaining, MEMORY_CHECK_INTERVAL_S) if self.memory_limit_mb else remaining):
                 break
             self.check_memory()
         try:
