@@ -30,10 +30,11 @@ def _testplugins_on_path(testplugins_path, monkeypatch):
 @pytest.mark.parametrize("scale, expected", [(1.00, "within"), (1.01, "within"), (1.05, "outside"), (0.95, "outside")])
 def test_verdicts_on_known_ratios(scale, expected):
     # the other backend's step takes `scale` times as long, so base / other = scale; two separate
-    # runs of 3 trials each: unpaired, bootstrap over trials. Steps of 20 ms: the OS preempting a
-    # worker for a few ms on a loaded 2-core CI machine moves a 0.4 s trial by under 1%
-    base = sleepy_record(trials=3, steps=20, step_ms=20)
-    other = sleepy_record(scale=scale, trials=3, steps=20, step_ms=20)
+    # runs of 5 trials each: unpaired, bootstrap over trials. Steps of 20 ms: the OS preempting a
+    # worker for a few ms on a loaded 2-core CI machine moves a 0.4 s trial by under 1%; 5 trials
+    # a side, so one slow trial cannot stretch the interval past the band (3 once did, at 1.01)
+    base = sleepy_record(trials=5, steps=20, step_ms=20)
+    other = sleepy_record(scale=scale, trials=5, steps=20, step_ms=20)
     [result] = compare([Run("base", base), Run("other", other)], tolerance=0.03)
     assert result.ratio == pytest.approx(base["throughput"]["images_per_sec"] / other["throughput"]["images_per_sec"])
     assert result.ratio == pytest.approx(scale, rel=0.01)
