@@ -16,37 +16,34 @@ RESNET50_STAGES = (3, 4, 6, 3)
 RESNET50_WIDTHS = (64, 128, 256, 512)
 
 
-class Bottleneck(nn.Module):
+class Block(nn.Module):
+    """A residual block's fields and its shortcut: a strided 1x1 projection when the shape changes."""
+
     channels: int
     stride: int
     conv: type
     norm: type
 
+    def join(self, x, y):
+        shortcut = x
+        if shortcut.shape != y.shape:
+            shortcut = self.norm()(self.conv(y.shape[-1], (1, 1), (self.stride, self.stride))(x))
+        return nn.relu(y + shortcut)
+
+
+class Bottleneck(Block):
     @nn.compact
     def __call__(self, x):
-        shortcut = x
         y = nn.relu(self.norm()(self.conv(self.channels, (1, 1))(x)))
         y = nn.relu(self.norm()(self.conv(self.channels, (3, 3), (self.stride, self.stride))(y)))
-        y = self.norm()(self.conv(4 * self.channels, (1, 1))(y))
-        if shortcut.shape != y.shape:
-            shortcut = self.norm()(self.conv(4 * self.channels, (1, 1), (self.stride, self.stride))(x))
-        return nn.relu(y + shortcut)
+        return self.join(x, self.norm()(self.conv(4 * self.channels, (1, 1))(y)))
 
 
-class Basic(nn.Module):
-    channels: int
-    stride: int
-    conv: type
-    norm: type
-
+class Basic(Block):
     @nn.compact
     def __call__(self, x):
-        shortcut = x
         y = nn.relu(self.norm()(self.conv(self.channels, (3, 3), (self.stride, self.stride))(x)))
-        y = self.norm()(self.conv(self.channels, (3, 3))(y))
-        if shortcut.shape != y.shape:
-            shortcut = self.norm()(self.conv(self.channels, (1, 1), (self.stride, self.stride))(x))
-        return nn.relu(y + shortcut)
+        return self.join(x, self.norm()(self.conv(self.channels, (3, 3))(y)))
 
 
 class ResNet(nn.Module):
