@@ -85,6 +85,9 @@ class RunConfig:
     seed: int = field(default=0, metadata=flag("Random seed.", "int"))
     timeout_s: float = field(default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "finite",
                                                            name="timeout"))
+    allocator: str = field(default="system", metadata=flag(
+        "Memory allocator preloaded into each worker: system (the C library's malloc), jemalloc, "
+        "tcmalloc, or a shared library's absolute path (default system)."))
     memory_limit_mb: int | None = field(default=None, metadata=flag(
         "Resident-memory limit for each worker process and its children, watched by the host "
         "(train mode: 3/4 of this machine's memory unless given).", "int"))

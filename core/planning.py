@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import config as configuration
-from . import datasets, environment, envs, memwatch, training
+from . import allocators, datasets, environment, envs, memwatch, training
 from .backend import BackendInfo, option_spec
 from .config import RunConfig
 from .errors import UsageError
@@ -40,6 +40,7 @@ def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | No
     _refuse_bad_option_values(refs, config)
     _refuse_unoffered(refs, config)
     _refuse_unknown_plugins(refs, pythons or {})
+    allocators.library(config.allocator)  # one that cannot be had here is refused now, not per worker
     counts = environment.device_counts()
     dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
     plans = []

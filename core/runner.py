@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import datasets, environment, envs, memwatch, netns, records
+from . import allocators, datasets, environment, envs, memwatch, netns, records
 from .config import RunConfig
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
@@ -83,7 +83,7 @@ class Worker:
             self.process = subprocess.Popen(
                 [*(launcher or []), python or sys.executable, "-m", "accelbench.worker", str(child.fileno())],
                 pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**os.environ, **(env or {})})
+                env={**os.environ, **allocators.worker_environment(config.allocator), **(env or {})})
         child.close()
         # so the worker imports plugins exactly as the host did; another Python keeps its own
         # packages and gets only the host's extra paths (plugins on PYTHONPATH)

@@ -19,7 +19,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import datasets, training
+from . import allocators, datasets, training
 from .backend import Backend, Prepared
 from .config import RunConfig
 from .timing import TimingPlan, run_timed
@@ -92,6 +92,7 @@ class _Session:
             self.steps_per_call = prepared.steps_per_call
             # evidence that each framework lives only in its own worker
             prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
+            prepared.settings["allocator"] = allocators.loaded()  # what is mapped, not what was asked
             return prepared
         if command == "train":
             spec = training.TrainSpec.from_dict(self.config.train)

@@ -25,6 +25,7 @@ def test_torch_trains_resnet50_with_the_reference_parameter_count():
     # the TF and MXNet plugins' ResNet-50 has exactly these trainable parameters
     assert settings["parameters"] == 25_557_032 and settings["conv_biases"] is False
     assert settings["memory_format"] == "channels_last" and settings["autocast_dtype"] is None
+    assert settings["sgd_implementation"] == "for-loop"  # PyTorch's own choice for CPU tensors, read back
     assert settings["variable_dtype"] == "float32" and settings["frameworks_loaded"] == ["torch", "torchvision"]
     assert settings["intra_op_threads"] == record["config"]["threads"]
     assert record["framework"]["name"] == "pytorch" and record["framework"]["version"].startswith("2.")
@@ -36,6 +37,20 @@ def test_torch_loss_falls_on_fixed_data():
     assert record["status"] == "ok", record["reason"]
     assert record["model"] == {"name": "resnet_small", "variant": None}
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+
+
+def test_torch_levers_are_read_back_and_train_the_same():
+    """The fused SGD kernel and the contiguous (NCHW) format change how the step runs, not what it
+    computes: the record reads both back, and the losses of a few steps match the default's."""
+    default = run_backend("torch_ref", timed_steps=4, warmup_steps=0, **SMALL)
+    levers = run_backend("torch_ref", timed_steps=4, warmup_steps=0, inter_op_threads=1,
+                         options={"fused_sgd": True, "memory_format": "contiguous"}, **SMALL)
+    assert levers["status"] == "ok", levers["reason"]
+    assert levers["settings"]["inter_op_threads"] == 1
+    assert levers["settings"]["sgd_implementation"] == "fused"
+    assert levers["settings"]["memory_format"] == "contiguous"
+    # each loss after the first follows the updates before it: equal losses, equal updates
+    assert levers["trials"][0]["losses"] == pytest.approx(default["trials"][0]["losses"], rel=1e-3)
 
 
 def test_torch_bf16_is_autocast_and_fp16_needs_a_gpu():

@@ -207,6 +207,8 @@ class GluonRun:
                 "conv_biases": self._trained_conv_biases(),
                 # "nag": SGD with Nesterov momentum
                 "optimizer": f"gluon.Trainer {self.optimizer_name}",
+                # weights updated per optimizer call (MXNET_OPTIMIZER_AGGREGATION_SIZE; 1: one at a time)
+                "optimizer_aggregate_num": getattr(self.trainer._optimizer, "aggregate_num", None),
             })
 
     def _trained_conv_biases(self) -> bool:

@@ -65,7 +65,11 @@ class TorchResNet50(RunBackend):
         batch_semantics="per_device", default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
         options={"compile": Option("torch.compile the model (default false)", kind="bool"),
-                 "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool")},
+                 "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool"),
+                 "fused_sgd": Option("SGD's fused kernel (one update over every tensor; default false: the "
+                                     "reference's for-each update)", kind="bool"),
+                 "memory_format": Option("tensors' memory format (default channels_last, as the reference "
+                                         "recipe's --channels-last)", choices=("channels_last", "contiguous"))},
         data_format="imagefolder", environment=extra("torch"))
     engine = TorchDistributedEngine()
 

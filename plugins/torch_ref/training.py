@@ -18,8 +18,11 @@ def import_torch(config: RunConfig):
     import torch
 
     torch.set_num_threads(config.effective_threads)
-    if config.inter_op_threads:
+    # PyTorch takes the inter-op pool's size once per process (a second call raises): the check
+    # and the run import torch in the same worker
+    if config.inter_op_threads and not getattr(import_torch, "inter_op_set", False):
         torch.set_num_interop_threads(config.inter_op_threads)
+        import_torch.inter_op_set = True
     return torch
 
 
@@ -126,7 +129,9 @@ class TorchRun:
                 "nccl" if config.device == "gpu" else "gloo", rank=int(os.environ["RANK"]),
                 world_size=int(os.environ["WORLD_SIZE"]),
                 init_method=os.environ.get("ACCELBENCH_TORCH_INIT_METHOD", "env://"))
-        model = build_model(torch, config, self.channels).to(self.device, memory_format=torch.channels_last)
+        self.memory_format = {"channels_last": torch.channels_last, "contiguous": torch.contiguous_format}[
+            config.options.get("memory_format", "channels_last")]
+        model = build_model(torch, config, self.channels).to(self.device, memory_format=self.memory_format)
         self.flops_per_image = training_flops(forward_macs(torch, model, config.image_size, self.device, self.channels))
         self.parameters = sum(p.numel() for p in model.parameters())
         self.model = self.net = model
@@ -165,7 +170,8 @@ class TorchRun:
         others = [p for p in self.model.parameters() if p.ndim <= 1]
         return self.torch.optim.SGD([{"params": decayed, "weight_decay": recipe["weight_decay"]},
                                      {"params": others, "weight_decay": 0.0}], lr=recipe["learning_rate"],
-                                    momentum=recipe["momentum"], nesterov=recipe["nesterov"])
+                                    momentum=recipe["momentum"], nesterov=recipe["nesterov"],
+                                    fused=bool(self.config.options.get("fused_sgd", False)) or None)
 
     def _synthetic(self):
         """Images and labels made once on the device (each worker its own), reused every step."""
@@ -173,7 +179,7 @@ class TorchRun:
         generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + int(os.environ.get("RANK", "0")))
         shape = (cfg.per_device_batch, 3, cfg.image_size, cfg.image_size)
         images = torch.randn(shape, generator=generator, device=self.device).contiguous(
-            memory_format=torch.channels_last)
+            memory_format=self.memory_format)
         labels = torch.randint(0, cfg.num_classes, (cfg.per_device_batch,), generator=generator, device=self.device)
         return images, labels
 
@@ -237,6 +243,7 @@ class TorchRun:
                 "torchvision": _version("torchvision"),
                 "parameters": self.parameters,
                 "optimizer": "SGD" + (" + GradScaler" if self.scaler else ""),
+                "sgd_implementation": _sgd_implementation(self.optimizer),
                 "learning_rate": self.optimizer.param_groups[0]["lr"], "momentum": self.optimizer.param_groups[0]["momentum"],
                 "nesterov": self.optimizer.param_groups[0]["nesterov"],
                 "weight_decay": self.optimizer.param_groups[0]["weight_decay"],
@@ -265,6 +272,24 @@ class TorchRun:
 
         warning = bf16_emulation_warning(cpu_flags())
         return [warning] if warning else []
+
+
+def _sgd_implementation(optimizer) -> str:
+    """The update PyTorch runs: "fused" (one kernel), "foreach" (multi-tensor calls) or "for-loop"
+    (per tensor). Unset, PyTorch decides at the first step by the tensors' device (for-each on
+    CUDA, the for-loop on the CPU): that decision is asked of PyTorch itself."""
+    group = optimizer.param_groups[0]
+    if group.get("fused"):
+        return "fused"
+    foreach = group.get("foreach")
+    if foreach is None:
+        try:
+            from torch.optim.optimizer import _default_to_fused_or_foreach  # what step() calls
+
+            _, foreach = _default_to_fused_or_foreach(group["params"], differentiable=False, use_fused=False)
+        except ImportError:
+            return "PyTorch's default (not readable in this version)"
+    return "foreach" if foreach else "for-loop"
 
 
 def _version(package: str) -> str:

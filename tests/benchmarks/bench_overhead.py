@@ -12,6 +12,7 @@ published reference figure for this CPU. Exit status 1 if a ratio is below the b
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,20 +42,21 @@ CASES = {
 }
 
 
-def run_accelbench(args, batch, warmup, timed, seen=None):
+def run_accelbench(args, batch, warmup, timed, seen=None, env=None):
     """One `accelbench run`; returns (images, wall seconds) of its timed steps; `seen` gets the
-    record's FLOPs per image."""
+    record's FLOPs per image and settings; `env`: variables added to the run's environment."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         subprocess.run([sys.executable, "-m", "accelbench", "run", *args, "--global-batch", str(batch),
                         "--warmup-steps", str(warmup), "--timed-steps", str(timed), "-o", str(out)],
-                       check=True, capture_output=True, text=True)
+                       check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
         [record] = json.loads(out.read_text())["records"]
     if record["status"] != "ok":
         raise SystemExit(f"accelbench run failed: {record['reason']}")
     if seen is not None:
         seen["flops_per_image"] = record["flops"]["per_image"]
         seen["peak_per_sec"] = record["flops"].get("peak_per_sec")  # when accelbench peak ran here
+        seen["settings"] = record["settings"]
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 

@@ -1,0 +1,69 @@
+"""The memory allocator a worker runs with: the C library's malloc, or one preloaded into the
+worker process (``--allocator``).
+
+Frameworks allocate and free tensors every step; a different malloc (jemalloc, tcmalloc) changes
+how fast that is without changing the work, and it can only be chosen before the process starts,
+through the dynamic loader's ``LD_PRELOAD``. So the host chooses it for each worker, and the worker
+reports the allocator it actually has mapped, read from ``/proc/self/maps``.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+SYSTEM = "system"
+#: allocators known by name: the name ``ctypes.util.find_library`` looks up, and the Debian/Ubuntu
+#: package that installs it (for the message when it is missing)
+KNOWN = {"jemalloc": ("jemalloc", "libjemalloc2"), "tcmalloc": ("tcmalloc_minimal", "libtcmalloc-minimal4")}
+
+
+def library(choice: str) -> str | None:
+    """The library to preload for ``choice`` (a known name or a library's path), None for the
+    system's malloc; UsageError, naming the field, when it cannot be had on this machine."""
+    if choice == SYSTEM:
+        return None
+    if not sys.platform.startswith("linux"):
+        raise UsageError(f"--allocator {choice}: preloading an allocator needs Linux's dynamic loader")
+    if choice in KNOWN:
+        name, package = KNOWN[choice]
+        found = ctypes.util.find_library(name)
+        if not found:
+            raise UsageError(f"--allocator {choice}: lib{name} is not installed on this machine "
+                             f"(e.g. apt install {package})")
+        return found
+    path = Path(choice)
+    if not (path.is_absolute() and path.is_file()):
+        raise UsageError(f"--allocator: {choice!r} is neither {', '.join([SYSTEM, *KNOWN])} nor the absolute path "
+                         "of a shared library")
+    return str(path)
+
+
+def worker_environment(choice: str) -> dict[str, str]:
+    """Environment variables that give a worker the chosen allocator."""
+    preload = library(choice)
+    if preload is None:
+        return {}
+    return {"LD_PRELOAD": " ".join(p for p in (preload, os.environ.get("LD_PRELOAD", "")) if p)}
+
+
+def loaded(maps: str = "/proc/self/maps") -> str:
+    """The allocator this process runs with, read from its memory map: a known allocator's name
+    and file, the preloaded library's file, or the system's malloc."""
+    try:
+        mapped = {line.split()[-1] for line in Path(maps).read_text().splitlines() if "/" in line}
+    except OSError:
+        return "unknown (no /proc/self/maps)"
+    files = {Path(p).name: p for p in mapped}
+    for choice, (name, _) in KNOWN.items():
+        for file, path in files.items():
+            if file.startswith(f"lib{name}.so"):
+                return f"{choice} ({path})"
+    preloaded = [p for p in os.environ.get("LD_PRELOAD", "").split() if p in mapped]
+    if preloaded:
+        return f"preloaded ({preloaded[0]})"
+    return f"{SYSTEM} (the C library's malloc)"

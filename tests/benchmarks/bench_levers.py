@@ -1,0 +1,84 @@
+"""Headroom levers: each plugin's run beside the same run with one honest lever changed, in
+alternating rounds on this machine, so "does it help here" is decided side by side.
+
+A lever changes how the same work is executed, never the work (no fewer FLOPs, no skipped syncs,
+no smaller model, no lower precision): the memory allocator preloaded into the worker, OpenMP
+thread placement, the inter-op thread pool, a fused optimizer update, the tensors' memory format.
+
+    python tests/benchmarks/bench_levers.py --plugin torch --lever jemalloc --lever tcmalloc
+    python tests/benchmarks/bench_levers.py --rounds 3 --timed 20      # every plugin, every lever
+
+Prints the machine, each round's images/sec, then per plugin and lever: the baseline's and the
+lever's pooled images/sec, the paired ratio lever/baseline with its 95% interval (accelbench's own
+`compare` statistics, order effect removed) and each round's ratio.
+"""
+
+import argparse
+
+from bench_overhead import alternate, run_accelbench
+from bench_reference import machine_header, paired_ratio
+
+PLUGINS = {
+    "tf": ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
+    "mxnet": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "fp32"],
+    "torch": ["--plugin", "torch_ref", "--precision", "fp32"],
+}
+
+# lever: (accelbench arguments, worker environment, the plugins it applies to)
+LEVERS = {
+    "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "torch")),
+    "tcmalloc": (["--allocator", "tcmalloc"], {}, ("tf", "mxnet", "torch")),
+    # libgomp's threads pinned one per core (PyTorch and MXNet run oneDNN on OpenMP; TF does not)
+    "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", "torch")),
+    "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", "torch")),
+    # MXNet's multi-tensor SGD: all weights' momentum updates in one operator call
+    "mx-aggregate": ([], {"MXNET_OPTIMIZER_AGGREGATION_SIZE": "60"}, ("mxnet",)),
+    "torch-fused-sgd": (["--option", "fused_sgd=true"], {}, ("torch",)),
+    "torch-nchw": (["--option", "memory_format=contiguous"], {}, ("torch",)),
+}
+
+
+def measure(plugin, levers, batch, warmup, timed, rounds):
+    base = PLUGINS[plugin]
+    runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed)}
+    for lever in levers:
+        args, env, _ = LEVERS[lever]
+        runners[lever] = lambda args=args, env=env: run_accelbench(base + args, batch, warmup, timed, env=env)
+    rate, per_round = alternate(plugin, runners, rounds)
+    baseline_rounds = [r["baseline"] for r in per_round]
+    results = []
+    for lever in levers:
+        lever_rounds = [r[lever] for r in per_round]
+        # the baseline runs first in even rounds, so the lever runs first in odd ones
+        estimate = paired_ratio(lever_rounds, baseline_rounds, [i % 2 == 1 for i in range(rounds)])
+        results.append({"plugin": plugin, "lever": lever, "baseline": rate["baseline"], "with_lever": rate[lever],
+                         "ratio": estimate.ratio, "ci95": estimate.ci95,
+                         "round_ratios": [a / b for a, b in zip(lever_rounds, baseline_rounds)]})
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plugin", action="append", choices=sorted(PLUGINS), help="default: all")
+    parser.add_argument("--lever", action="append", choices=sorted(LEVERS), help="default: every lever that applies")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--timed", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help=">= 3 for an interval")
+    options = parser.parse_args()
+    print(machine_header(), flush=True)
+    results = []
+    for plugin in options.plugin or PLUGINS:
+        levers = [lever for lever in options.lever or LEVERS if plugin in LEVERS[lever][2]]
+        if levers:
+            results += measure(plugin, levers, options.batch, options.warmup, options.timed, options.rounds)
+    print(f"\n{machine_header()}\nbatch {options.batch}, {options.timed} timed steps, {options.rounds} rounds")
+    print(f"{'plugin':<8}{'lever':<17}{'baseline':>9}{'lever':>8}{'ratio':>7}  {'95% CI':<13} per round")
+    for r in results:
+        rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
+        print(f"{r['plugin']:<8}{r['lever']:<17}{r['baseline']:>9.2f}{r['with_lever']:>8.2f}{r['ratio']:>7.3f}  "
+              f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}  {rounds}")
+
+
+if __name__ == "__main__":
+    main()
