@@ -17,15 +17,38 @@ from pathlib import Path
 from .errors import UsageError
 
 SYSTEM = "system"
+#: the backend's measured choice (``BackendInfo.allocator``) when installed, else the system's
+AUTO = "auto"
 #: allocators known by name: the name ``ctypes.util.find_library`` looks up, and the Debian/Ubuntu
 #: package that installs it (for the message when it is missing)
 KNOWN = {"jemalloc": ("jemalloc", "libjemalloc2"), "tcmalloc": ("tcmalloc_minimal", "libtcmalloc-minimal4")}
 
 
+def resolve(choice: str, preferred: str | None) -> str:
+    """The allocator a backend's run gets: ``auto`` becomes the backend's preferred one when it is
+    installed here, else the system's; any other choice stays as the user gave it."""
+    if choice != AUTO:
+        return choice
+    return preferred if preferred and installed(preferred) else SYSTEM
+
+
+def installed(name: str) -> bool:
+    return name in KNOWN and ctypes.util.find_library(KNOWN[name][0]) is not None
+
+
+def missing_preference(preferred: str | None) -> str | None:
+    """A warning for a record whose backend prefers an allocator this machine lacks, or None."""
+    if not preferred or installed(preferred) or not sys.platform.startswith("linux"):
+        return None
+    return (f"this backend ran fastest with {preferred} where it was measured; it is not installed here, so the "
+            f"workers used the system's malloc (install it, e.g. apt install {KNOWN[preferred][1]})")
+
+
 def library(choice: str) -> str | None:
     """The library to preload for ``choice`` (a known name or a library's path), None for the
-    system's malloc; UsageError, naming the field, when it cannot be had on this machine."""
-    if choice == SYSTEM:
+    system's malloc (and ``auto`` not yet resolved); UsageError, naming the field, when it cannot
+    be had on this machine."""
+    if choice in (SYSTEM, AUTO):
         return None
     if not sys.platform.startswith("linux"):
         raise UsageError(f"--allocator {choice}: preloading an allocator needs Linux's dynamic loader")
@@ -38,8 +61,8 @@ def library(choice: str) -> str | None:
         return found
     path = Path(choice)
     if not (path.is_absolute() and path.is_file()):
-        raise UsageError(f"--allocator: {choice!r} is neither {', '.join([SYSTEM, *KNOWN])} nor the absolute path "
-                         "of a shared library")
+        raise UsageError(f"--allocator: {choice!r} is neither {', '.join([AUTO, SYSTEM, *KNOWN])} nor the absolute "
+                         "path of a shared library")
     return str(path)
 
 

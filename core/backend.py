@@ -128,6 +128,10 @@ class BackendInfo:
     #: framework that cannot share the host's environment; empty: workers use the host's Python.
     #: accelbench makes the environment on first use and caches it (``accelbench env``)
     environment: tuple[str, ...] = ()
+    #: the memory allocator this backend's workers run fastest with, as measured side by side
+    #: (``tests/benchmarks/bench_levers.py``): a name of ``accelbench.allocators.KNOWN``, preloaded
+    #: when the run leaves ``--allocator`` at ``auto`` and it is installed; None: the system's
+    allocator: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -163,6 +167,10 @@ class BackendInfo:
             found += _name_problems("data_format", [self.data_format])
         if not isinstance(self.environment, tuple) or not all(isinstance(r, str) for r in self.environment):
             found.append("environment must be a tuple of requirement strings")
+        from .allocators import KNOWN
+
+        if self.allocator is not None and self.allocator not in KNOWN:
+            found.append(f"allocator must be None or one of {', '.join(KNOWN)}, not {self.allocator!r}")
         return found
 
     def default_variant(self, model: str) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import inputs, validation
+from . import allocators, inputs, validation
 from .backend import BackendInfo
 from .errors import UsageError
 
@@ -85,9 +85,11 @@ class RunConfig:
     seed: int = field(default=0, metadata=flag("Random seed.", "int"))
     timeout_s: float = field(default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "finite",
                                                            name="timeout"))
-    allocator: str = field(default="system", metadata=flag(
+    #: "auto" until planning resolves it per backend (``accelbench.allocators.resolve``)
+    allocator: str = field(default="auto", metadata=flag(
         "Memory allocator preloaded into each worker: system (the C library's malloc), jemalloc, "
-        "tcmalloc, or a shared library's absolute path (default system)."))
+        "tcmalloc, a shared library's absolute path, or auto (default: the one the plugin measured "
+        "fastest, when installed, else system)."))
     memory_limit_mb: int | None = field(default=None, metadata=flag(
         "Resident-memory limit for each worker process and its children, watched by the host "
         "(train mode: 3/4 of this machine's memory unless given).", "int"))
@@ -197,6 +199,7 @@ def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int
         model=model,
         # a model the backend declares no variants of has none
         variant=config.variant or info.default_variant(model),
+        allocator=allocators.resolve(config.allocator, info.allocator),
         precision=config.precision or info.precisions[0],
         device=device,
         device_count=device_count,

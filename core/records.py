@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -223,7 +224,8 @@ def trial_row(index: int, outcome: TrialOutcome, batch: int) -> dict[str, Any]:
     return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": images,
             "wall_time_s": timing.wall_time_s, "images_per_sec": images / timing.wall_time_s,
             "step_times_s": list(timing.step_times), "losses": list(timing.losses),
-            "warmup_steps": timing.warmup_calls * timing.steps_per_call, **when}
+            "warmup_steps": timing.warmup_calls * timing.steps_per_call, **when,
+            **({"process": dataclasses.asdict(timing.usage)} if timing.usage else {})}
 
 
 def _add_statistics(record: dict[str, Any], cfg: RunConfig) -> None:

@@ -58,6 +58,34 @@ class TimingPlan:
         return self.time_box_s * WARMUP_SHARE_OF_BOX if self.time_box_s else None
 
 
+@dataclass(frozen=True)
+class ProcessUsage:
+    """CPU seconds of every thread of the process, in user and kernel mode, and minor page faults
+    (pages the kernel had to map: memory an allocator gave back and takes again is zeroed anew):
+    where a step's time goes besides the framework's own kernels."""
+
+    cpu_user_s: float
+    cpu_system_s: float
+    minor_page_faults: int
+
+    @classmethod
+    def now(cls) -> ProcessUsage | None:
+        try:
+            import resource
+        except ImportError:  # Windows
+            return None
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt)
+
+    @classmethod
+    def since(cls, before: ProcessUsage | None) -> ProcessUsage | None:
+        after = cls.now()
+        if before is None or after is None:
+            return None
+        return cls(after.cpu_user_s - before.cpu_user_s, after.cpu_system_s - before.cpu_system_s,
+                   after.minor_page_faults - before.minor_page_faults)
+
+
 @dataclass
 class Timing:
     #: seconds per training step (a call's time / steps_per_call), one value per timed call
@@ -71,6 +99,8 @@ class Timing:
     #: how the warm-up and the timed phase were ended, for the record
     warmup_rule: str = ""
     timed_rule: str = ""
+    #: what the timed calls cost this process besides wall time; None where the platform cannot say
+    usage: ProcessUsage | None = None
 
     @property
     def timed_steps(self) -> int:
@@ -82,6 +112,7 @@ def run_timed(step: Callable[[], float | None], plan: TimingPlan,
     """Warm up, then time calls of ``step`` as ``plan`` says; per-step times and the region's wall time."""
     report = _throttled(progress)
     warmup_calls, warmup_rule = _warm_up(step, plan, report)
+    usage_before = ProcessUsage.now()
     marks = [time.perf_counter()]
     losses: list[float | None] = []
     deadline = marks[0] + plan.time_box_s if plan.time_box_s else None
@@ -91,13 +122,14 @@ def run_timed(step: Callable[[], float | None], plan: TimingPlan,
         if loss is not None:
             losses.append(_finite_or_none(loss))
         report("timed", len(marks) - 1, plan.timed_calls)  # None: a time box has no step count
+    usage = ProcessUsage.since(usage_before)
     calls = len(marks) - 1
     step_times = [(b - a) / plan.steps_per_call for a, b in zip(marks, marks[1:])]
     timed_rule = (f"counted: {calls * plan.steps_per_call} steps" if plan.timed_calls
                   else f"time box {plan.time_box_s:g} s: {calls * plan.steps_per_call} steps")
     return Timing(step_times=step_times, wall_time_s=marks[-1] - marks[0], timed_calls=calls,
                   steps_per_call=plan.steps_per_call, losses=losses, warmup_calls=warmup_calls,
-                  warmup_rule=warmup_rule, timed_rule=timed_rule)
+                  warmup_rule=warmup_rule, timed_rule=timed_rule, usage=usage)
 
 
 def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bool:

@@ -93,6 +93,9 @@ class _Session:
             # evidence that each framework lives only in its own worker
             prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
             prepared.settings["allocator"] = allocators.loaded()  # what is mapped, not what was asked
+            missing = allocators.missing_preference(self.backend.describe().allocator)
+            if missing:
+                prepared.warnings.append(missing)
             return prepared
         if command == "train":
             spec = training.TrainSpec.from_dict(self.config.train)

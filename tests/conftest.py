@@ -64,6 +64,19 @@ def run_backend(plugin: str, **config) -> dict:
     return record
 
 
+def assert_measured_allocator(record: dict, name: str) -> None:
+    """A plugin's measured allocator (``BackendInfo.allocator``) ran when this machine has it;
+    otherwise the system's malloc ran and the record warns that it is missing."""
+    from accelbench import allocators
+
+    mapped, chosen = record["settings"]["allocator"], record["config"]["allocator"]
+    if allocators.installed(name):
+        assert mapped.startswith(f"{name} (/") and chosen == name, (mapped, chosen)
+    else:
+        assert mapped.startswith("system") and chosen == "system", (mapped, chosen)
+        assert any(f"ran fastest with {name}" in w for w in record["warnings"]), record["warnings"]
+
+
 def loss_falls(losses: list[float], window: int = 5, factor: float = 0.7) -> bool:
     first, last = losses[:window], losses[-window:]
     return sum(last) / window < factor * sum(first) / window

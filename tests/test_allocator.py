@@ -30,7 +30,9 @@ def allocator_of_run(accelbench_cli, tmp_path, *args) -> str:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD and /proc are Linux's")
 def test_the_record_names_the_allocator_each_worker_has_mapped(accelbench_cli, tmp_path):
+    # the test backend declares no allocator of its own: auto is the system's
     assert allocator_of_run(accelbench_cli, tmp_path) == "system (the C library's malloc)"
+    assert allocator_of_run(accelbench_cli, tmp_path, "--allocator", "system") == "system (the C library's malloc)"
     # glibc's own malloc-debugging library (glibc >= 2.34) stands in for any allocator given by
     # path: it is on every such machine and changes nothing unless MALLOC_CHECK_ is set
     debug = ctypes.util.find_library("c_malloc_debug")
@@ -43,7 +45,7 @@ def test_the_record_names_the_allocator_each_worker_has_mapped(accelbench_cli, t
 
 
 @pytest.mark.parametrize("value, message", [
-    ("hoard", "--allocator: 'hoard' is neither system, jemalloc, tcmalloc nor the absolute path of a shared library"),
+    ("hoard", "--allocator: 'hoard' is neither auto, system, jemalloc, tcmalloc nor the absolute path of a shared library"),
     ("/no/such/libmalloc.so", "--allocator: '/no/such/libmalloc.so' is neither"),
 ])
 def test_an_allocator_that_cannot_be_had_is_refused_before_any_worker(accelbench_cli, tmp_path, value, message):
@@ -61,3 +63,16 @@ def test_a_known_allocator_is_read_off_the_memory_map(tmp_path):
     assert allocators.loaded(str(maps)) == "jemalloc (/usr/lib/x86_64-linux-gnu/libjemalloc.so.2)"
     maps.write_text("7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
     assert allocators.loaded(str(maps)) == "system (the C library's malloc)"
+
+
+def test_auto_is_the_backends_measured_choice_only_where_it_is_installed(monkeypatch):
+    monkeypatch.setitem(allocators.KNOWN, "absentmalloc", ("accelbench_absent_malloc", "libabsentmalloc1"))
+    assert allocators.resolve("auto", None) == "system"
+    assert allocators.resolve("auto", "absentmalloc") == "system"
+    assert allocators.resolve("system", "absentmalloc") == "system"  # the user's choice stands
+    assert "absentmalloc" in allocators.missing_preference("absentmalloc")
+    assert "apt install libabsentmalloc1" in allocators.missing_preference("absentmalloc")
+    assert allocators.missing_preference(None) is None
+    for name, (library, _) in allocators.KNOWN.items():
+        if ctypes.util.find_library(library):
+            assert allocators.resolve("auto", name) == name and allocators.missing_preference(name) is None

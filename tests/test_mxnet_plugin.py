@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import loss_falls, run_backend
+from conftest import assert_measured_allocator, loss_falls, run_backend
 
 # not importorskip: importing mxnet here would need numpy's removed aliases in the test process
 if importlib.util.find_spec("mxnet") is None:
@@ -22,6 +22,7 @@ def test_mxnet_trains_and_records_fp32():
     assert record["settings"]["omp_num_threads"] == str(record["config"]["threads"])
     assert record["settings"]["frameworks_loaded"] == ["mxnet"]
     assert record["settings"]["conv_biases"] is False
+    assert_measured_allocator(record, "jemalloc")
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
 
 

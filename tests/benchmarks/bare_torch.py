@@ -9,6 +9,7 @@ time). Prints one JSON line.
 import argparse
 import json
 import os
+import resource
 import time
 
 import torch
@@ -45,8 +46,11 @@ def one_step():
 
 for _ in range(args.warmup):
     one_step()
-start = time.perf_counter()
+usage, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
 for _ in range(args.timed):
     one_step()
-wall = time.perf_counter() - start
-print(json.dumps({"images": args.batch * args.timed, "wall_time_s": wall, "images_per_sec": args.batch * args.timed / wall}))
+wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"images": args.batch * args.timed, "wall_time_s": wall, "images_per_sec": args.batch * args.timed / wall,
+                  # per step: kernel CPU time and pages the kernel mapped (the allocator's returns to it)
+                  "system_s_per_step": (after.ru_stime - usage.ru_stime) / args.timed,
+                  "minor_faults_per_step": (after.ru_minflt - usage.ru_minflt) / args.timed}))

@@ -39,7 +39,9 @@ LEVERS = {
 
 
 def measure(plugin, levers, batch, warmup, timed, rounds):
-    base = PLUGINS[plugin]
+    # the baseline names the C library's malloc: a plugin's own measured choice (auto) would hide
+    # the allocator levers; a lever's own --allocator comes later on the command line and wins
+    base = PLUGINS[plugin] + ["--allocator", "system"]
     runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed)}
     for lever in levers:
         args, env, _ = LEVERS[lever]

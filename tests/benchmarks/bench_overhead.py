@@ -60,11 +60,15 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None):
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 
-def run_bare(command, batch, warmup, timed):
+def run_bare(command, batch, warmup, timed, allocator="system"):
+    """The bare loop, with the same malloc preloaded as ``accelbench run --allocator`` gives a worker."""
+    from accelbench import allocators
+
     script, *rest = command
     out = subprocess.run([sys.executable, str(HERE / script), *rest, "--batch", str(batch),
                           "--warmup", str(warmup), "--timed", str(timed)],
-                         check=True, capture_output=True, text=True)
+                         check=True, capture_output=True, text=True,
+                         env={**os.environ, **allocators.worker_environment(allocator)})
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return result["images"], result["wall_time_s"]
 
@@ -87,19 +91,20 @@ def alternate(name, runners, rounds):
     return {label: images / wall for label, (images, wall) in pooled.items()}, per_round
 
 
-def measure(name, batch, warmup, timed, rounds, zoo_baseline=False):
+def measure(name, batch, warmup, timed, rounds, zoo_baseline=False, allocator="system"):
     args, bare, reference, what = CASES[name]
     seen = {}
-    runners = {"accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen),
-               "bare": lambda: run_bare(bare, batch, warmup, timed)}
+    # both sides with the same malloc: the harness's cost, not an allocator's, is measured here
+    runners = {"accelbench": lambda: run_accelbench([*args, "--allocator", allocator], batch, warmup, timed, seen),
+               "bare": lambda: run_bare(bare, batch, warmup, timed, allocator)}
     if zoo_baseline:  # the bare loop over the model zoo's network, conv biases trained
-        runners["zoo"] = lambda: run_bare(bare + ["--conv-biases"], batch, warmup, timed)
+        runners["zoo"] = lambda: run_bare(bare + ["--conv-biases"], batch, warmup, timed, allocator)
     rate, _ = alternate(name, runners, rounds)
     ours, theirs = rate["accelbench"], rate["bare"]
     return {"case": name, "accelbench_images_per_sec": ours, "bare_images_per_sec": theirs,
             "ratio": ours / theirs, "gflops_per_s": ours * seen["flops_per_image"] / 1e9,
             "reference_images_per_sec": reference, "zoo_images_per_sec": rate.get("zoo"), "reference": what,
-            "batch": batch, "timed_steps": timed, "rounds": rounds}
+            "batch": batch, "timed_steps": timed, "rounds": rounds, "allocator": seen["settings"].get("allocator")}
 
 
 def main():
@@ -111,10 +116,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--zoo-baseline", action="store_true",
                         help="also time the bare loop over the model zoo's network with its conv biases trained")
+    parser.add_argument("--allocator", default="system",
+                        help="malloc of both sides: system (default), jemalloc, tcmalloc or a library's path")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    results = [measure(name, args.batch, args.warmup, args.timed, args.rounds, args.zoo_baseline)
+    results = [measure(name, args.batch, args.warmup, args.timed, args.rounds, args.zoo_baseline, args.allocator)
                for name in args.case or CASES]
+    print(f"\nallocator of both sides: {results[0]['allocator']}")
     print(f"\n{'case':<12}{'accelbench':>12}{'bare loop':>12}{'ratio':>8}{'GFLOP/s':>10}{'zoo loop':>10}   reference")
     for r in results:
         zoo = f"{r['zoo_images_per_sec']:.2f}" if r["zoo_images_per_sec"] else "-"

@@ -154,7 +154,7 @@ def measure(name, batch, options):
             "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
             "utilisation": gflops * 1e9 / peak if peak else None,
             "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
-            "what": WHAT[kind]}
+            "what": WHAT[kind], "allocator": seen["settings"].get("allocator", "").split(" (")[0]}
 
 
 def paired_ratio(a_rates, b_rates, a_first):
@@ -200,7 +200,8 @@ def main():
         util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
         print(f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
               f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
-              f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}")
+              f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}"
+              f" (plugin's malloc: {r['allocator']})")
     exit_if_below(results, f"below the reference by more than {1 - MIN_RATIO:.0%}")
 
 

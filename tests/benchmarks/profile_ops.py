@@ -14,6 +14,7 @@ unprofiled one.
 import argparse
 import json
 import re
+import resource
 import tempfile
 import time
 from collections import defaultdict
@@ -57,11 +58,16 @@ def prepare(plugin: str, variant: str | None, batch: int):
     return backend
 
 
-def unprofiled_rate(backend, batch: int, steps: int) -> float:
-    start = time.perf_counter()
+def unprofiled(backend, batch: int, steps: int) -> tuple[float, dict[str, float]]:
+    """Images/sec of ``steps`` steps without the profiler, and per step: this process's user and
+    system CPU seconds and minor page faults (memory the kernel had to map and zero)."""
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     for _ in range(steps):
         backend.step()
-    return batch * steps / (time.perf_counter() - start)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+    return batch * steps / wall, {"user_s": (after.ru_utime - before.ru_utime) / steps,
+                                  "system_s": (after.ru_stime - before.ru_stime) / steps,
+                                  "minor_faults": (after.ru_minflt - before.ru_minflt) / steps}
 
 
 def torch_ops(backend, steps: int) -> dict[str, float]:
@@ -105,7 +111,7 @@ def main():
     backend = prepare(args.plugin, args.variant, args.batch)
     for _ in range(args.warmup):
         backend.step()
-    rate = unprofiled_rate(backend, args.batch, args.steps)
+    rate, cpu = unprofiled(backend, args.batch, args.steps)
     ops = (torch_ops if args.plugin == "torch_ref" else mxnet_ops)(backend, args.steps)
     by_category, top = defaultdict(float), defaultdict(list)
     for name, ms in ops.items():
@@ -114,7 +120,9 @@ def main():
         top[label].append((ms / args.steps, name))
     total = sum(by_category.values())
     print(f"{args.plugin}, batch {args.batch}, fp32: {rate:.2f} img/s unprofiled "
-          f"({1000 * args.batch / rate:.0f} ms/step); profiled operators {total:.0f} ms/step")
+          f"({1000 * args.batch / rate:.0f} ms/step); per step CPU user {cpu['user_s'] * 1000:.0f} ms, "
+          f"system {cpu['system_s'] * 1000:.0f} ms, {cpu['minor_faults']:.0f} minor page faults; "
+          f"profiled operators {total:.0f} ms/step")
     print(f"{'category':<24}{'ms/step':>9}{'share':>7}   top operators (ms/step)")
     for label, ms in sorted(by_category.items(), key=lambda item: -item[1]):
         names = ", ".join(f"{n} {t:.0f}" for t, n in sorted(top[label], reverse=True)[:3])
