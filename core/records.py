@@ -162,8 +162,13 @@ def _add_utilisation(record: dict[str, Any]) -> None:
                                         record["framework"]["name"], record["framework"]["version"] or "",
                                         record["precision"], devices)
     if peak:
-        record["flops"].update(peak_per_sec=peak.flops_per_s, peak_source=peak.source,
-                               utilisation=record["flops"]["achieved_per_s"] / peak.flops_per_s)
+        utilisation = record["flops"]["achieved_per_s"] / peak.flops_per_s
+        record["flops"].update(peak_per_sec=peak.flops_per_s, peak_source=peak.source, utilisation=utilisation)
+        if utilisation > 1:  # reported as measured, never clamped: the peak is what is wrong
+            record["warnings"].append(
+                f"this run achieved {utilisation:.0%} of the peak it is compared with: that peak "
+                f"({peak.flops_per_s / 1e9:.0f} GFLOP/s) is too low (measured while the machine was busy?); "
+                f"run `accelbench peak` again")
 
 
 def _add_scaling_efficiency(record: dict[str, Any]) -> None:

@@ -40,3 +40,28 @@ def test_mxnet_peak_runs_bf16_through_amp():
 def test_fp16_on_a_cpu_is_refused_with_the_backends_reason():
     outcome = peak_measure.measure(_ref("torch_ref"), "fp16", "cpu", size=64, repeats=1)
     assert outcome.status == "unavailable" and "needs a GPU" in outcome.reason and outcome.measurement is None
+
+
+def test_the_cache_keeps_the_higher_of_two_measurements_of_one_key(tmp_path, monkeypatch):
+    from accelbench import peaks
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entry = dict(machine="m", device_kind="cpu", device_name="cpu", framework="fw", framework_version="1",
+                 precision="fp32", size=2048, repeats=3, measured_utc="2026-12-01T00:00:00Z")
+    peaks.save_measured([peaks.Measured(**entry, flops_per_s=180e9)])
+    peaks.save_measured([peaks.Measured(**entry, flops_per_s=94e9)])  # measured on a busy machine
+    assert [m.flops_per_s for m in peaks.load_measured().values()] == [180e9]
+    peaks.save_measured([peaks.Measured(**entry, flops_per_s=190e9)])
+    assert [m.flops_per_s for m in peaks.load_measured().values()] == [190e9]
+
+
+def test_a_record_above_its_peak_is_warned_about_not_clamped(monkeypatch):
+    from accelbench import peaks, records
+
+    monkeypatch.setattr(peaks, "published", lambda *args: peaks.Peak(100e9, "a low figure"))
+    record = {"device": {"kind": "cpu", "name": "cpu", "count": 1}, "environment": {"accelerators": []},
+              "precision": "fp32", "framework": {"name": "fw", "version": "1"},
+              "flops": {"achieved_per_s": 150e9}, "warnings": []}
+    records._add_utilisation(record)
+    assert record["flops"]["utilisation"] == 1.5
+    assert "achieved 150% of the peak" in record["warnings"][0]
