@@ -96,7 +96,7 @@ def load_measured() -> dict[str, Measured]:
 def save_measured(new: list[Measured]) -> Path:
     """Merge into the cache, atomically. A peak is the best this machine attains, so of two
     measurements of one key the higher stays: a run taken while something else used the cores
-    (seen: PyTorch fp32 at 94 GFLOP/s in one, 183 on the idle machine later) cannot lower it."""
+    (seen: one framework's fp32 at 94 GFLOP/s in one, 183 on the idle machine later) cannot lower it."""
     from dataclasses import asdict
 
     merged = load_measured()
