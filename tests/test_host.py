@@ -58,6 +58,19 @@ def test_thirdparty_images_per_sec_matches_true_step_time(accelbench_cli, tmp_pa
     assert accelbench_cli("validate", str(out)).returncode == 0
 
 
+def test_each_trial_records_what_its_timed_steps_cost_the_worker(accelbench_cli, tmp_path):
+    """The sleepy backend's step busy-waits on one thread: the worker's CPU time over the timed
+    steps must be their wall time, give or take the scheduler."""
+    out = tmp_path / "r.json"
+    result = accelbench_cli("run", "--plugin", "sleepy", "--backend", "sleepy:fixed-time", "--global-batch", "4",
+                            "--warmup-steps", "2", "--timed-steps", "40", "--option", "step_ms=25", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    [trial] = load_records(out)[0]["trials"]
+    cpu = trial["process"]["cpu_user_s"] + trial["process"]["cpu_system_s"]
+    assert 0.8 * trial["wall_time_s"] <= cpu <= 1.25 * trial["wall_time_s"], (cpu, trial["wall_time_s"])
+    assert trial["process"]["minor_page_faults"] >= 0
+
+
 def test_trials_run_in_separate_processes_and_bootstrap_over_trials(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
     result = accelbench_cli("run", "--backend", "sleepy:fixed-time", "--trials", "3", "--warmup-steps", "1",
