@@ -2,8 +2,12 @@
 does) under its framework's profiler, the operators grouped into the same categories for every
 framework, so PyTorch's step can be laid beside MXNet's op by op.
 
-    python tests/benchmarks/profile_ops.py --plugin torch_ref
-    python tests/benchmarks/profile_ops.py --plugin mxnet_ngc --variant v1.5
+    LD_PRELOAD=libtcmalloc_minimal.so.4 python tests/benchmarks/profile_ops.py --plugin torch_ref
+    LD_PRELOAD=libjemalloc.so.2 python tests/benchmarks/profile_ops.py --plugin mxnet_ngc --variant v1.5
+
+(The step runs in this process, so the plugin's measured allocator is preloaded by hand, as its
+workers get it. MXNet runs with bulk execution off here -- MXNET_EXEC_BULK_EXEC_TRAIN=0, set by
+this script -- or its profiler times fused segments of operators, not operators.)
 
 Prints the step time without the profiler (images/sec), then per category the operators' own
 time per step (ms), its share of the profiled time, and the top operators. Profilers add their own
@@ -13,6 +17,7 @@ unprofiled one.
 
 import argparse
 import json
+import os
 import re
 import resource
 import tempfile
@@ -108,6 +113,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="profiled steps (and as many unprofiled)")
     args = parser.parse_args()
+    if args.plugin == "mxnet_ngc":  # before MXNet is imported (in prepare)
+        os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
     backend = prepare(args.plugin, args.variant, args.batch)
     for _ in range(args.warmup):
         backend.step()
