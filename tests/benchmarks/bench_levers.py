@@ -22,12 +22,13 @@ PLUGINS = {
     "tf": ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
     "mxnet": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "fp32"],
     "torch": ["--plugin", "torch_ref", "--precision", "fp32"],
+    "jax": ["--plugin", "jax_flax", "--precision", "bf16"],  # the recipe's precision, its default
 }
 
 # lever: (accelbench arguments, worker environment, the plugins it applies to)
 LEVERS = {
-    "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "torch")),
-    "tcmalloc": (["--allocator", "tcmalloc"], {}, ("tf", "mxnet", "torch")),
+    "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "torch", "jax")),
+    "tcmalloc": (["--allocator", "tcmalloc"], {}, ("tf", "mxnet", "torch", "jax")),
     # libgomp's threads pinned one per core (PyTorch and MXNet run oneDNN on OpenMP; TF does not)
     "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", "torch")),
     "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", "torch")),
