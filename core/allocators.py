@@ -10,6 +10,7 @@ reports the allocator it actually has mapped, read from ``/proc/self/maps``.
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import os
 import sys
 from pathlib import Path
@@ -33,7 +34,13 @@ def resolve(choice: str, preferred: str | None) -> str:
 
 
 def installed(name: str) -> bool:
-    return name in KNOWN and ctypes.util.find_library(KNOWN[name][0]) is not None
+    return name in KNOWN and _find_library(KNOWN[name][0]) is not None
+
+
+@functools.cache
+def _find_library(name: str) -> str | None:
+    """The loader's name for lib``name``, or None; asked once per process (it runs ldconfig)."""
+    return ctypes.util.find_library(name)
 
 
 def missing_preference(preferred: str | None) -> str | None:
@@ -54,7 +61,7 @@ def library(choice: str) -> str | None:
         raise UsageError(f"--allocator {choice}: preloading an allocator needs Linux's dynamic loader")
     if choice in KNOWN:
         name, package = KNOWN[choice]
-        found = ctypes.util.find_library(name)
+        found = _find_library(name)
         if not found:
             raise UsageError(f"--allocator {choice}: lib{name} is not installed on this machine "
                              f"(e.g. apt install {package})")
