@@ -15,8 +15,8 @@ lever's pooled images/sec, the paired ratio lever/baseline with its 95% interval
 
 import argparse
 
-from bench_overhead import alternate, run_accelbench
-from bench_reference import machine_header, paired_ratio
+from bench_overhead import alternate, paired, run_accelbench
+from bench_reference import machine_header
 
 PLUGINS = {
     "tf": ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
@@ -52,8 +52,7 @@ def measure(plugin, levers, batch, warmup, timed, rounds):
     results = []
     for lever in levers:
         lever_rounds = [r[lever] for r in per_round]
-        # the baseline runs first in even rounds, so the lever runs first in odd ones
-        estimate = paired_ratio(lever_rounds, baseline_rounds, [i % 2 == 1 for i in range(rounds)])
+        estimate = paired(per_round, lever, "baseline")
         results.append({"plugin": plugin, "lever": lever, "baseline": rate["baseline"], "with_lever": rate[lever],
                          "ratio": estimate.ratio, "ci95": estimate.ci95,
                          "round_ratios": [a / b for a, b in zip(lever_rounds, baseline_rounds)]})

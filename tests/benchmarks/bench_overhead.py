@@ -87,8 +87,17 @@ def alternate(name, runners, rounds):
             pooled[label][1] += wall
             rates[label] = images / wall
             print(f"  {name} round {r + 1} {label}: {rates[label]:.2f} img/s", flush=True)
-        per_round.append(rates)
+        per_round.append(rates)  # in the order they ran
     return {label: images / wall for label, (images, wall) in pooled.items()}, per_round
+
+
+def paired(per_round, a, b):
+    """The ratio a/b over ``alternate``'s rounds with its 95% interval (accelbench's paired-round
+    statistics); which ran first in each round is read from the round's own order."""
+    from accelbench.stats import paired_ratio
+
+    a_first = [list(rates).index(a) < list(rates).index(b) for rates in per_round]
+    return paired_ratio([r[a] for r in per_round], [r[b] for r in per_round], a_first)
 
 
 def measure(name, batch, warmup, timed, rounds, zoo_baseline=False, allocator="system"):

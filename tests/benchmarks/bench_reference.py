@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import MIN_RATIO, alternate, exit_if_below, run_accelbench, run_bare
+from bench_overhead import MIN_RATIO, alternate, exit_if_below, paired, run_accelbench, run_bare
 
 #: the references' folder beside the project (``--references`` to point elsewhere)
 REFERENCES = Path(__file__).resolve().parents[3] / "shared" / "references"
@@ -145,7 +145,7 @@ def measure(name, batch, options):
     ours, theirs = rate["accelbench"], rate["reference"]
     ours_rounds = [r["accelbench"] for r in per_round]
     theirs_rounds = [r["reference"] for r in per_round]
-    estimate = paired_ratio(ours_rounds, theirs_rounds, [i % 2 == 0 for i in range(len(per_round))])
+    estimate = paired(per_round, "accelbench", "reference")
     gflops = ours * seen["flops_per_image"] / 1e9
     peak = seen.get("peak_per_sec")
     return {"case": name, "batch": batch, "accelbench": ours, "reference": theirs, "ratio": estimate.ratio,
@@ -155,12 +155,6 @@ def measure(name, batch, options):
             "utilisation": gflops * 1e9 / peak if peak else None,
             "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
             "what": WHAT[kind], "allocator": seen["settings"].get("allocator", "").split(" (")[0]}
-
-
-def paired_ratio(a_rates, b_rates, a_first):
-    from accelbench.stats import paired_ratio as estimate
-
-    return estimate(a_rates, b_rates, a_first)
 
 
 def machine_header():
