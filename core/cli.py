@@ -22,17 +22,15 @@ RUN_ONLY_FIELDS = ("workers", "scaling_baseline")
 
 
 def field_options(names: tuple[str, ...] | None = None, exclude: tuple[str, ...] = (),
-                  help: dict[str, str] | None = None):
-    """Click options made from the RunConfig fields' own declarations (``config.Flag``): the
-    option's name, type and help are written once, on the field. Each option's value arrives
-    under the field's name; None when the user did not give it (the config file's, or the
-    default, then stands)."""
-    from .config import RunConfig
-
+                  help: dict[str, str] | None = None, declared: type | None = None):
+    """Click options made from the fields' own declarations (``config.Flag``) of ``declared``
+    (default RunConfig; train mode's TrainSpec too): the option's name, type and help are written
+    once, on the field. Each option's value arrives under the field's name; None when the user did
+    not give it (the config file's, or the default, then stands)."""
     decorators = []
-    for spec_field in dataclasses.fields(RunConfig):
-        spec = spec_field.metadata.get("flag")
-        if spec is None or spec_field.name in exclude or (names is not None and spec_field.name not in names):
+    for spec_field in _flagged(declared):
+        spec = spec_field.metadata["flag"]
+        if spec_field.name in exclude or (names is not None and spec_field.name not in names):
             continue
         option = "--" + (spec.name or spec_field.name).replace("_", "-")
         text = (help or {}).get(spec_field.name, spec.help)
@@ -51,11 +49,15 @@ def field_options(names: tuple[str, ...] | None = None, exclude: tuple[str, ...]
     return apply
 
 
-def flagged_fields() -> list[str]:
-    """The RunConfig fields that have a command-line option."""
+def flagged_fields(declared: type | None = None) -> list[str]:
+    """The fields of ``declared`` (default RunConfig) that have a command-line option."""
+    return [f.name for f in _flagged(declared)]
+
+
+def _flagged(declared: type | None) -> list[dataclasses.Field]:
     from .config import RunConfig
 
-    return [f.name for f in dataclasses.fields(RunConfig) if "flag" in f.metadata]
+    return [f for f in dataclasses.fields(declared or RunConfig) if "flag" in f.metadata]
 
 
 def price_options(command):
@@ -474,12 +476,15 @@ def data(source: str, out: str, preset: str | None, seed: int) -> None:
                f"formats: {', '.join(manifest['formats'])} (verified) -> {out}")
 
 
-# train flag → TrainSpec field
-TRAIN_SPEC_FLAGS = ("target_top1", "max_epochs", "eval_every", "stop_at_target", "augmentation",
-                    "base_learning_rate", "warmup_epochs", "decay_epochs", "decay_factor", "momentum",
-                    "nesterov", "weight_decay", "label_smoothing")
+# the RunConfig fields train mode takes from its command line (the rest are the timing loop's)
 TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "device", "device_count",
                    "precision", "image_size", "threads", "seed", "memory_limit_mb")
+
+
+def _train_spec():
+    from .training import TrainSpec
+
+    return TrainSpec
 
 
 @cli.command()
@@ -493,19 +498,7 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
     "image_size": "Square training image side (default: the dataset's, or 224).",
     "seed": "Random seed (initialisation, shuffling, augmentation)."})
 @click.option("--timeout", type=FINITE, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
-@click.option("--target-top1", type=FINITE, help="Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).")
-@click.option("--max-epochs", type=int, help="Epoch budget (default 20 digits, 90 ImageNet).")
-@click.option("--eval-every", type=int, help="Evaluate every N epochs (default 1).")
-@click.option("--stop-at-target/--no-stop-at-target", default=None, help="Stop when the target is reached (default on).")
-@click.option("--augmentation", type=click.Choice(["none", "imagenet"]), help="Training augmentation (default: the preset's).")
-@click.option("--base-lr", "base_learning_rate", type=FINITE, help="Learning rate per 256 images (scaled by batch/256).")
-@click.option("--warmup-epochs", type=FINITE, help="Linear warm-up epochs (default 5 ImageNet).")
-@click.option("--decay-epochs", help="Epochs of the x decay-factor steps, e.g. 30,60,80.")
-@click.option("--decay-factor", type=FINITE, help="Step decay factor (default 0.1).")
-@click.option("--momentum", type=FINITE, help="SGD momentum (default 0.9).")
-@click.option("--nesterov/--no-nesterov", default=None, help="Nesterov momentum (default off).")
-@click.option("--weight-decay", type=FINITE, help="L2 on weights, not batch-norm parameters (default 1e-4).")
-@click.option("--label-smoothing", type=FINITE, help="Label smoothing (default 0).")
+@field_options(declared=_train_spec())
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @price_options
@@ -537,7 +530,7 @@ def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str,
     from . import training
 
     return training.run_config_data(dataset, {k: flags.get(k) for k in TRAIN_RUN_FLAGS},
-                                    {k: flags.get(k) for k in TRAIN_SPEC_FLAGS})
+                                    {k: flags.get(k) for k in flagged_fields(training.TrainSpec)})
 
 
 def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):

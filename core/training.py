@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from typing import Any, Callable
 
+from .config import flag
 from .errors import UsageError
 from .timing import Timing, TimingPlan, run_timed
 
@@ -31,24 +32,31 @@ EVAL_CROP_FRACTION = 0.875
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """What train mode runs, beyond the RunConfig: dataset, stopping rule and the recipe."""
+    """What train mode runs, beyond the RunConfig: dataset, stopping rule and the recipe. Each
+    field is declared here once, with its flag (``metadata["flag"]``, as RunConfig's); None from
+    the command line means "not given" (the dataset preset's value, then the default, stands)."""
 
     dataset: str
-    target_top1: float
-    max_epochs: int
-    eval_every: int = 1
-    stop_at_target: bool = True
-    augmentation: str = "none"
+    target_top1: float = field(metadata=flag(
+        "Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).", "finite"))
+    max_epochs: int = field(metadata=flag("Epoch budget (default 20 digits, 90 ImageNet).", "int"))
+    eval_every: int = field(default=1, metadata=flag("Evaluate every N epochs (default 1).", "int"))
+    stop_at_target: bool = field(default=True, metadata=flag("Stop when the target is reached (default on).", "bool"))
+    augmentation: str = field(default="none", metadata=flag(
+        "Training augmentation (default: the preset's).", choices=("none", "imagenet")))
     #: learning rate per 256 images: the run uses base * global_batch / 256
-    base_learning_rate: float = 0.1
-    warmup_epochs: float = 0.0
-    decay_epochs: tuple[int, ...] = ()
-    decay_factor: float = 0.1
-    momentum: float = 0.9
-    nesterov: bool = False
+    base_learning_rate: float = field(default=0.1, metadata=flag(
+        "Learning rate per 256 images (scaled by batch/256).", "finite", name="base_lr"))
+    warmup_epochs: float = field(default=0.0, metadata=flag("Linear warm-up epochs (default 5 ImageNet).", "finite"))
+    decay_epochs: tuple[int, ...] = field(default=(), metadata=flag(
+        "Epochs of the x decay-factor steps, e.g. 30,60,80.", "int_list"))
+    decay_factor: float = field(default=0.1, metadata=flag("Step decay factor (default 0.1).", "finite"))
+    momentum: float = field(default=0.9, metadata=flag("SGD momentum (default 0.9).", "finite"))
+    nesterov: bool = field(default=False, metadata=flag("Nesterov momentum (default off).", "bool"))
     #: L2 weight decay on convolution and dense weights, never on batch-norm parameters or biases
-    weight_decay: float = 1e-4
-    label_smoothing: float = 0.0
+    weight_decay: float = field(default=1e-4, metadata=flag(
+        "L2 on weights, not batch-norm parameters (default 1e-4).", "finite"))
+    label_smoothing: float = field(default=0.0, metadata=flag("Label smoothing (default 0).", "finite"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainSpec":

@@ -162,6 +162,25 @@ def test_every_run_config_field_is_declared_once():
     assert train_options["precision"].help == declared["precision"].metadata["flag"].help
 
 
+def test_every_train_recipe_field_is_declared_once():
+    """train's recipe options are made from TrainSpec's own field declarations, every field but
+    the dataset (``--data``) has one, and the option's name, help and value kind are the field's."""
+    import dataclasses
+
+    from accelbench import cli
+    from accelbench.training import TrainSpec
+
+    train_options = {p.name: p for p in cli.train.params}
+    fields = {f.name: f for f in dataclasses.fields(TrainSpec)}
+    assert set(cli.flagged_fields(TrainSpec)) == set(fields) - {"dataset"}
+    for name in cli.flagged_fields(TrainSpec):
+        spec, option = fields[name].metadata["flag"], train_options[name]
+        assert option.help == spec.help
+        assert ("--" + (spec.name or name).replace("_", "-")) in option.opts
+        assert bool(option.secondary_opts) == (spec.kind == "bool")  # --x/--no-x
+    assert "--base-lr" in train_options["base_learning_rate"].opts
+
+
 def test_option_declarations_accept_and_refuse_values():
     from accelbench import Option
 
