@@ -60,3 +60,20 @@ def test_train_imagenet_figure_pools_the_windows_after_the_first():
     assert images == 160 and seconds == pytest.approx(30.0)
     with pytest.raises(SystemExit, match="logged 3 Speedometer windows, expected 4"):
         bench_reference.speedometer_figure(0, log, batch=8, warmup=10, timed=30)
+
+
+@pytest.mark.parametrize("described, expected", [
+    ("tcmalloc (/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4)", "tcmalloc"),
+    ("system (the C library's malloc)", "system"),
+    ("preloaded (/opt/lib/libmymalloc.so)", "/opt/lib/libmymalloc.so")])
+def test_bare_loops_get_the_malloc_the_plugins_worker_had(described, expected):
+    assert bench_reference.malloc_of({"settings": {"allocator": described}}) == expected
+
+
+def test_shipped_references_run_as_shipped_unless_asked_for_the_plugins_malloc(tmp_path):
+    library = tmp_path / "libmymalloc.so"
+    library.write_bytes(b"")
+    seen = {"settings": {"allocator": f"preloaded ({library})"}}
+    assert bench_reference.shipped_malloc("as-shipped", seen) == {}
+    assert bench_reference.shipped_malloc("plugin", seen)["LD_PRELOAD"].split()[0] == str(library)
+    assert bench_reference.shipped_malloc("plugin", {"settings": {"allocator": "system (the C library's malloc)"}}) == {}

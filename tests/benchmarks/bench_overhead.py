@@ -57,15 +57,17 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None):
         seen["flops_per_image"] = record["flops"]["per_image"]
         seen["peak_per_sec"] = record["flops"].get("peak_per_sec")  # when accelbench peak ran here
         seen["settings"] = record["settings"]
+        seen["python"] = record["environment"].get("worker", {}).get("python", sys.executable)
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 
-def run_bare(command, batch, warmup, timed, allocator="system"):
-    """The bare loop, with the same malloc preloaded as ``accelbench run --allocator`` gives a worker."""
+def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable):
+    """The bare loop, with the same malloc preloaded as ``accelbench run --allocator`` gives a
+    worker; ``python``: the interpreter (a plugin's own environment for a framework the host lacks)."""
     from accelbench import allocators
 
     script, *rest = command
-    out = subprocess.run([sys.executable, str(HERE / script), *rest, "--batch", str(batch),
+    out = subprocess.run([python, str(HERE / script), *rest, "--batch", str(batch),
                           "--warmup", str(warmup), "--timed", str(timed)],
                          check=True, capture_output=True, text=True,
                          env={**os.environ, **allocators.worker_environment(allocator)})

@@ -15,14 +15,20 @@ decided on the same CPU in the same hour.
   its own virtual environment (`python3 -m venv .venv-garden && .venv-garden/bin/pip install
   tf-models-official==2.20.0`), beside `tf_benchmarks --variant v1.5` and `tpu_official`.
 - The bare hybridized Gluon model-zoo loop (`bare_mxnet.py --conv-biases`) beside `mxnet_ngc`,
-  and the bare PyTorch loop (`bare_torch.py`) beside `torch_ref`.
+  the bare PyTorch loop (`bare_torch.py`) beside `torch_ref`, and the bare JAX loop
+  (`bare_jax.py`, in the plugin's own environment) beside `jax_flax`. A bare loop is ours, not a
+  program someone ships, so it gets the malloc the plugin's worker had; the shipped references
+  run as they ship (the C library's malloc), or with the plugin's (`--shipped-malloc plugin`),
+  which tells a framework's lead from its allocator's.
 
     python tests/benchmarks/bench_reference.py --batch-sizes 8,32 --timed 20 --rounds 4
     python tests/benchmarks/bench_reference.py --case tfcnn-v1-fp32 --case mxscript-v1-fp32
+    python tests/benchmarks/bench_reference.py --case mxscript-v1-fp32 --shipped-malloc plugin
 
 Prints the machine (CPU model, cores, vector/matrix flags), then per case and batch: images/sec
 of both, each round's ratio, the ratio with its 95% interval from the paired rounds (accelbench's
-own `compare` statistics: t-interval on log-ratios, order effect removed), GFLOP/s and the share
+own `compare` statistics: t-interval on log-ratios, order effect removed; "-" under 3 rounds),
+the pooled ratio (all images / all seconds of each side), GFLOP/s and the share
 of the peak `accelbench peak` measured here (when it has been run). Exit status 1 if a ratio's
 point estimate is below 0.98.
 """
@@ -66,19 +72,21 @@ CASES = {
                    "bare", ["bare_mxnet.py", "--precision", "bf16", "--conv-biases"]),
     "torch-fp32": (["--plugin", "torch_ref", "--precision", "fp32"], "bare", ["bare_torch.py", "--precision", "fp32"]),
     "torch-bf16": (["--plugin", "torch_ref", "--precision", "bf16"], "bare", ["bare_torch.py", "--precision", "bf16"]),
+    "jax-bf16": (["--plugin", "jax_flax", "--precision", "bf16"], "bare", ["bare_jax.py", "--precision", "bf16"]),
+    "jax-fp32": (["--plugin", "jax_flax", "--precision", "fp32"], "bare", ["bare_jax.py", "--precision", "fp32"]),
 }
 WHAT = {"tf_cnn": "tf_cnn_benchmarks", "mxnet_script": "MXNet train_imagenet.py", "garden": "TF Model Garden",
         "bare": "bare loop"}
 
 
-def run_tf_cnn(references, args, batch, warmup, timed):
+def run_tf_cnn(references, args, batch, warmup, timed, env=None):
     """tf_cnn_benchmarks as its README in ../shared/references runs it; (images, seconds) of its
     timed steps from its own images/sec."""
     out = subprocess.run(
         [sys.executable, str(references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"), "--device=cpu",
          "--data_format=NHWC", f"--batch_size={batch}", f"--num_batches={timed}", f"--num_warmup_batches={warmup}",
          "--optimizer=momentum", "--variable_update=parameter_server", "--local_parameter_device=cpu", *args],
-        capture_output=True, text=True, env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
+        capture_output=True, text=True, env=dict(os.environ, TF_USE_LEGACY_KERAS="1", **(env or {})))
     found = TF_CNN_RATE.findall(out.stdout)
     if out.returncode or not found:
         raise SystemExit(f"tf_cnn_benchmarks failed:\n{(out.stdout + out.stderr)[-2000:]}")
@@ -86,7 +94,7 @@ def run_tf_cnn(references, args, batch, warmup, timed):
     return images, images / float(found[-1])
 
 
-def run_mxnet_script(references, args, batch, warmup, timed):
+def run_mxnet_script(references, args, batch, warmup, timed, env=None):
     """MXNet's train_imagenet.py --benchmark 1 (synthetic data); one Speedometer window per
     ``warmup`` batches after batch 0 (where its clock starts), the first window (the warm-up) left
     out, the rest pooled as images / seconds."""
@@ -100,7 +108,7 @@ def run_mxnet_script(references, args, batch, warmup, timed):
              "--image-shape", "3,224,224", "--num-epochs", "1", "--num-examples", str((warmup + timed + 1) * batch),
              "--disp-batches", str(warmup), "--kv-store", "local"],
             capture_output=True, text=True, cwd=references / "mxnet_image_classification",
-            env=dict(os.environ, PYTHONPATH=shim, OMP_NUM_THREADS=str(os.cpu_count())))
+            env=dict(os.environ, PYTHONPATH=shim, OMP_NUM_THREADS=str(os.cpu_count()), **(env or {})))
     return speedometer_figure(out.returncode, out.stderr, batch, warmup, timed)
 
 
@@ -114,14 +122,14 @@ def speedometer_figure(returncode, log, batch, warmup, timed):
     return images_per_window * len(windows), sum(images_per_window / rate for rate in windows)
 
 
-def run_garden(python, args, batch, warmup, timed):
+def run_garden(python, args, batch, warmup, timed, env=None):
     """Model Garden's own training loop; returns (images, seconds) of the steps after the warm-up."""
     with tempfile.TemporaryDirectory() as model_dir:
         out = subprocess.run(
             [python, "-m", GARDEN_MAIN, "--use_synthetic_data", "--skip_eval", "--distribution_strategy=off",
              "--num_gpus=0", "--noenable_checkpoint_and_export", f"--model_dir={model_dir}",
              f"--batch_size={batch}", f"--train_steps={warmup + timed}", f"--log_steps={warmup}", *args],
-            capture_output=True, text=True, cwd=model_dir)
+            capture_output=True, text=True, cwd=model_dir, env={**os.environ, **(env or {})})
     if out.returncode:
         raise SystemExit(f"Model Garden failed:\n{out.stderr[-2000:]}")
     intervals = [(float(s), int(a), int(b)) for s, a, b in TIME_HISTORY.findall(out.stderr)]
@@ -135,10 +143,13 @@ def measure(name, batch, options):
     args, kind, reference = CASES[name]
     warmup, timed = options.warmup, options.timed
     seen = {}
-    runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed),
-               "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed),
-               "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed),
-               "bare": lambda: run_bare(reference, batch, warmup, timed)}
+    shipped_env = lambda: shipped_malloc(options.shipped_malloc, seen)  # noqa: E731
+    runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed, shipped_env()),
+               "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed,
+                                                        shipped_env()),
+               "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed, shipped_env()),
+               # a bare loop is ours, not a shipped program: the plugin's interpreter and malloc
+               "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"])}
     rate, per_round = alternate(f"{name} batch {batch}", {
         "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen),
         "reference": runners[kind]}, options.rounds)
@@ -154,7 +165,22 @@ def measure(name, batch, options):
             "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
             "utilisation": gflops * 1e9 / peak if peak else None,
             "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
-            "what": WHAT[kind], "allocator": seen["settings"].get("allocator", "").split(" (")[0]}
+            "what": WHAT[kind], "allocator": malloc_of(seen)}
+
+
+def shipped_malloc(choice, seen):
+    """The environment a shipped reference runs with: as it ships (the C library's malloc), or
+    with the malloc the plugin's worker had preloaded, which separates the framework's lead from
+    the allocator's."""
+    from accelbench import allocators
+
+    return allocators.worker_environment(malloc_of(seen)) if choice == "plugin" else {}
+
+
+def malloc_of(seen):
+    """The malloc the plugin's worker had mapped (its record's ``settings.allocator``: "NAME (PATH)")."""
+    name, _, path = seen["settings"]["allocator"].partition(" (")
+    return path.rstrip(")") if name == "preloaded" else name
 
 
 def machine_header():
@@ -176,10 +202,15 @@ def main():
     parser.add_argument("--timed", type=int, default=40, help="a multiple of --warmup (the references log per warm-up)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per case and batch (>= 3 for an interval)")
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
+    parser.add_argument("--shipped-malloc", choices=["as-shipped", "plugin"], default="as-shipped",
+                        help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
+                        "(as they ship; default) or the one the plugin's worker had (bare loops always get that)")
     options = parser.parse_args()
     if options.timed % options.warmup:
         parser.error("--timed must be a multiple of --warmup")
     batches = [int(b) for b in options.batch_sizes.split(",")]
+    # absolute, not resolved: Model Garden runs in a scratch folder, and a venv's python is a symlink
+    options.garden_python = os.path.abspath(options.garden_python)
     garden = Path(options.garden_python).exists()
     if options.case and not garden and any(CASES[c][1] == "garden" for c in options.case):
         parser.error(f"no Model Garden environment at {options.garden_python} (see this script's docstring)")
@@ -187,13 +218,15 @@ def main():
     print(machine_header(), flush=True)
     results = [measure(name, batch, options) for name in cases for batch in batches]
     print(f"\n{machine_header()}")
+    print(f"shipped references' malloc: {options.shipped_malloc}; bare loops: the plugin's")
     print(f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
-          f"{'per round':<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   reference")
+          f"{'pooled':>7}  {'per round':<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   reference")
     for r in results:
         rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
         util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
+        interval = f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}" if r["ci95"][0] < r["ci95"][1] else "-"
         print(f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
-              f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
+              f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
               f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}"
               f" (plugin's malloc: {r['allocator']})")
     exit_if_below(results, f"below the reference by more than {1 - MIN_RATIO:.0%}")
