@@ -77,3 +77,17 @@ def test_shipped_references_run_as_shipped_unless_asked_for_the_plugins_malloc(t
     assert bench_reference.shipped_malloc("as-shipped", seen) == {}
     assert bench_reference.shipped_malloc("plugin", seen)["LD_PRELOAD"].split()[0] == str(library)
     assert bench_reference.shipped_malloc("plugin", {"settings": {"allocator": "system (the C library's malloc)"}}) == {}
+
+
+def test_a_failing_case_is_reported_and_loses_no_other(monkeypatch):
+    def measure(name, batch, options):
+        if name == "broken":
+            raise SystemExit("Model Garden logged [], expected 15 steps after 5")
+        return {"case": name}
+
+    monkeypatch.setattr(bench_reference, "measure", measure)
+    failed = bench_reference.measured_or_failed("broken", 8, None)
+    assert failed == {"case": "broken", "batch": 8, "failed": "Model Garden logged [], expected 15 steps after 5"}
+    assert bench_reference.table_row(failed).split() == ["broken", "8", "failed:", "Model", "Garden", "logged", "[],",
+                                                        "expected", "15", "steps", "after", "5"]
+    assert bench_reference.measured_or_failed("fine", 8, None) == {"case": "fine"}

@@ -75,6 +75,9 @@ CASES = {
     "jax-bf16": (["--plugin", "jax_flax", "--precision", "bf16"], "bare", ["bare_jax.py", "--precision", "bf16"]),
     "jax-fp32": (["--plugin", "jax_flax", "--precision", "fp32"], "bare", ["bare_jax.py", "--precision", "fp32"]),
 }
+#: steps per host loop of a case whose both sides log or time whole loops only: its warm-up and
+#: timed steps are rounded up to multiples of it
+LOOP_STEPS = {"tpu-bf16": 10}
 WHAT = {"tf_cnn": "tf_cnn_benchmarks", "mxnet_script": "MXNet train_imagenet.py", "garden": "TF Model Garden",
         "bare": "bare loop"}
 
@@ -141,7 +144,8 @@ def run_garden(python, args, batch, warmup, timed, env=None):
 
 def measure(name, batch, options):
     args, kind, reference = CASES[name]
-    warmup, timed = options.warmup, options.timed
+    loop = LOOP_STEPS.get(name, 1)
+    warmup, timed = (-(-steps // loop) * loop for steps in (options.warmup, options.timed))
     seen = {}
     shipped_env = lambda: shipped_malloc(options.shipped_malloc, seen)  # noqa: E731
     runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed, shipped_env()),
@@ -165,7 +169,34 @@ def measure(name, batch, options):
             "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
             "utilisation": gflops * 1e9 / peak if peak else None,
             "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
-            "what": WHAT[kind], "allocator": malloc_of(seen)}
+            "what": WHAT[kind], "allocator": malloc_of(seen), "steps": (warmup, timed)}
+
+
+def measured_or_failed(name, batch, options):
+    """One case's result, or the reason it failed: a reference or a run that fails loses no
+    other case's measurement."""
+    try:
+        return measure(name, batch, options)
+    except subprocess.CalledProcessError as exc:
+        return {"case": name, "batch": batch, "failed": f"{exc}: {(exc.stderr or '').strip()[-300:]}"}
+    except SystemExit as exc:
+        return {"case": name, "batch": batch, "failed": str(exc.code)[-300:]}
+
+
+TABLE_HEADER = (f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
+                f"{'pooled':>7}  {'per round':<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   reference")
+
+
+def table_row(r):
+    if "failed" in r:
+        return f"{r['case']:<18}{r['batch']:>6}  failed: {' '.join(r['failed'].split())}"
+    rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
+    util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
+    interval = f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}" if r["ci95"][0] < r["ci95"][1] else "-"
+    return (f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
+            f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
+            f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}"
+            f" (plugin's malloc: {r['allocator']}; {r['steps'][0]} + {r['steps'][1]} steps)")
 
 
 def shipped_malloc(choice, seen):
@@ -216,20 +247,21 @@ def main():
         parser.error(f"no Model Garden environment at {options.garden_python} (see this script's docstring)")
     cases = options.case or [c for c in CASES if CASES[c][1] != "garden" or garden]
     print(machine_header(), flush=True)
-    results = [measure(name, batch, options) for name in cases for batch in batches]
+    results = []
+    for name in cases:
+        for batch in batches:
+            results.append(measured_or_failed(name, batch, options))
+            print(table_row(results[-1]), flush=True)  # kept in the log if a later case is stopped
     print(f"\n{machine_header()}")
     print(f"shipped references' malloc: {options.shipped_malloc}; bare loops: the plugin's")
-    print(f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
-          f"{'pooled':>7}  {'per round':<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   reference")
+    print(TABLE_HEADER)
     for r in results:
-        rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
-        util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
-        interval = f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}" if r["ci95"][0] < r["ci95"][1] else "-"
-        print(f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
-              f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
-              f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}"
-              f" (plugin's malloc: {r['allocator']})")
-    exit_if_below(results, f"below the reference by more than {1 - MIN_RATIO:.0%}")
+        print(table_row(r))
+    failed = [r["case"] for r in results if "failed" in r]
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    exit_if_below([r for r in results if "failed" not in r], f"below the reference by more than {1 - MIN_RATIO:.0%}")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
