@@ -16,6 +16,7 @@ import click
 
 from .errors import UsageError
 from .inputs import FINITE
+from .training import TrainSpec  # its fields declare train's recipe options
 
 #: RunConfig fields ``run`` adds to the shared options (``worker`` has its own --workers)
 RUN_ONLY_FIELDS = ("workers", "scaling_baseline")
@@ -481,12 +482,6 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
                    "precision", "image_size", "threads", "seed", "memory_limit_mb")
 
 
-def _train_spec():
-    from .training import TrainSpec
-
-    return TrainSpec
-
-
 @cli.command()
 @click.option("--plugin", "plugin_names", multiple=True, help="Train this plugin's backends (repeatable).")
 @click.option("--backend", "backend_names", multiple=True, help="Train this backend, by name or plugin:name.")
@@ -498,7 +493,7 @@ def _train_spec():
     "image_size": "Square training image side (default: the dataset's, or 224).",
     "seed": "Random seed (initialisation, shuffling, augmentation)."})
 @click.option("--timeout", type=FINITE, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
-@field_options(declared=_train_spec())
+@field_options(declared=TrainSpec)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @price_options
@@ -530,7 +525,7 @@ def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str,
     from . import training
 
     return training.run_config_data(dataset, {k: flags.get(k) for k in TRAIN_RUN_FLAGS},
-                                    {k: flags.get(k) for k in flagged_fields(training.TrainSpec)})
+                                    {k: flags.get(k) for k in flagged_fields(TrainSpec)})
 
 
 def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):

@@ -10,9 +10,6 @@ the host may not). Prints one JSON line.
 """
 
 import argparse
-import json
-import resource
-import time
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +17,7 @@ import numpy
 import optax
 
 from accelbench.plugins.jax_flax.model import ResNet
+from bare_timing import time_steps
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
@@ -64,12 +62,4 @@ def one_step():
     return float(loss)  # blocks until the step has finished
 
 
-for _ in range(args.warmup):
-    one_step()
-usage, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-for _ in range(args.timed):
-    one_step()
-wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"images": args.batch * args.timed, "wall_time_s": wall, "images_per_sec": args.batch * args.timed / wall,
-                  "system_s_per_step": (after.ru_stime - usage.ru_stime) / args.timed,
-                  "minor_faults_per_step": (after.ru_minflt - usage.ru_minflt) / args.timed}))
+time_steps(one_step, args.batch, args.warmup, args.timed)

@@ -6,9 +6,7 @@ and precision, OMP threads = all cores, sync every step. Prints one JSON line.
 """
 
 import argparse
-import json
 import os
-import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
@@ -27,6 +25,7 @@ for alias, kind in {"bool": bool, "int": int, "float": float, "object": object, 
         setattr(np, alias, kind)
 import mxnet as mx  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
+from bare_timing import time_steps  # noqa: E402
 
 if args.precision == "bf16":
     from mxnet.contrib import amp
@@ -52,10 +51,4 @@ def step():
     return loss.mean().asscalar()
 
 
-for _ in range(args.warmup):
-    step()
-start = time.perf_counter()
-for _ in range(args.timed):
-    step()
-wall = time.perf_counter() - start
-print(json.dumps({"images_per_sec": args.batch * args.timed / wall, "images": args.batch * args.timed, "wall_time_s": wall}))
+time_steps(step, args.batch, args.warmup, args.timed)

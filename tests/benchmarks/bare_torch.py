@@ -7,13 +7,11 @@ time). Prints one JSON line.
 """
 
 import argparse
-import json
 import os
-import resource
-import time
 
 import torch
 import torchvision
+from bare_timing import time_steps
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
@@ -44,13 +42,4 @@ def one_step():
     return loss.item()
 
 
-for _ in range(args.warmup):
-    one_step()
-usage, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-for _ in range(args.timed):
-    one_step()
-wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"images": args.batch * args.timed, "wall_time_s": wall, "images_per_sec": args.batch * args.timed / wall,
-                  # per step: kernel CPU time and pages the kernel mapped (the allocator's returns to it)
-                  "system_s_per_step": (after.ru_stime - usage.ru_stime) / args.timed,
-                  "minor_faults_per_step": (after.ru_minflt - usage.ru_minflt) / args.timed}))
+time_steps(one_step, args.batch, args.warmup, args.timed)
