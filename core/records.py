@@ -263,8 +263,8 @@ def _add_trend(record: dict[str, Any]) -> None:
     if found.significant:
         record["warnings"].append(
             f"images/sec trended {found.slope_per_round:+.2%} per round over {found.rounds} rounds "
-            f"(p={found.p_value:.3f}): the machine's speed drifted; compare runs interleaved in one "
-            f"invocation (paired rounds), not across invocations")
+            f"({found.change_over_run:+.1%} in all, p={found.p_value:.3f}): the machine's speed drifted; "
+            f"compare runs interleaved in one invocation (paired rounds), not across invocations")
 
 
 def check(record: dict[str, Any]) -> None:

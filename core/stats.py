@@ -124,12 +124,21 @@ class Trend:
     rounds: int
 
     @property
+    def change_over_run(self) -> float:
+        """The fitted change in images/sec from the first round to the last, relative to the mean."""
+        return self.slope_per_round * (self.rounds - 1)
+
+    @property
     def significant(self) -> bool:
-        return self.p_value < TREND_P_VALUE
+        # both tests: with steady busy-wait steps, p < 0.05 still comes one run in twenty, on
+        # slopes of a few hundredths of a percent -- a drift no comparison would notice
+        return self.p_value < TREND_P_VALUE and abs(self.change_over_run) >= TREND_MIN_CHANGE
 
 
-#: a trend with a two-sided p-value below this is reported as drift
+#: a trend with a two-sided p-value below this is reported as drift ...
 TREND_P_VALUE = 0.05
+#: ... if its fitted change over the run is at least this (1%: a third of the default tolerance)
+TREND_MIN_CHANGE = 0.01
 #: rounds before a trend is tested at all
 TREND_MIN_ROUNDS = 4
 

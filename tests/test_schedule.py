@@ -90,7 +90,9 @@ def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli,
     assert [t["round"] for t in records[0]["trials"]] == list(range(6))
     result = paired(records)
     assert result.analysis.startswith("paired rounds") and result.samples == "6 paired rounds"
-    assert result.ci95[0] <= 1.0 <= result.ci95[1], result
+    # not "1.0 lies in the interval": a 95% interval misses the truth one run in twenty by design,
+    # so that is a property of many runs; one run can hold the estimate to the truth
+    assert result.ratio == pytest.approx(1.0, abs=0.01), result
     assert result.verdict == "within", result
 
 
@@ -166,17 +168,31 @@ def test_a_drifting_run_warns_of_its_trend(accelbench_cli, tmp_path):
     trend = records[0]["throughput"]["trend"]
     assert trend["rounds"] == 6 and trend["slope_per_round"] < 0 and trend["p_value"] < 0.05
     assert any("trended" in w and "drifted" in w for w in records[0]["warnings"])
-    steady, _ = twin_run(accelbench_cli, tmp_path, "--trials", "4", name="steady.json")
-    assert not any("trended" in w for w in steady[0]["warnings"])
+
+
+@pytest.mark.parametrize("rates, warned", [
+    ([100.0, 99.0, 98.0, 97.0, 96.0, 95.0], True),       # -1% a round, 5% in all
+    ([100.0, 99.99, 99.98, 99.97, 99.96, 99.95], False),  # as steady a fit, 0.05% in all
+    ([100.0, 102.0, 99.0, 101.0, 100.0, 98.0], False),    # noise, no slope
+    ([100.0, 99.0, 98.0], False),                         # too few rounds to test
+])
+def test_only_a_significant_drift_of_at_least_one_percent_warns(rates, warned):
+    found = stats.trend(range(len(rates)), rates)
+    assert (found is not None and found.significant) is warned
+    if found is not None:
+        assert found.change_over_run == pytest.approx((rates[-1] - rates[0]) / np.mean(rates), rel=0.3)
 
 
 def test_cli_compare_reads_the_pairing_from_one_file(accelbench_cli, tmp_path):
-    twin_run(accelbench_cli, tmp_path, "--trials", "3", "--option", "twin_scale=1.10")
+    # 4 rounds, not 3: the order correction leaves 3 rounds one degree of freedom (t = 12.7), so a
+    # 1% wobble on a shared machine could leave even a 10% gap undecided
+    twin_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.10")
     result = accelbench_cli("compare", str(tmp_path / "run.json"), "--tolerance", "3%", "--json")
     assert result.returncode == 1, result.stderr
     [comparison] = json.loads(result.stdout)["comparisons"]
     assert comparison["analysis"] == "paired rounds (t-interval on log-ratios, order effect removed)"
-    assert comparison["samples"] == "3 paired rounds" and comparison["verdict"] == "outside"
+    assert comparison["samples"] == "4 paired rounds" and comparison["verdict"] == "outside"
+    assert comparison["ratio"] == pytest.approx(1.10, rel=0.02)
 
 
 @pytest.mark.parametrize("args, message", [
