@@ -1,5 +1,6 @@
 """The benchmark scripts' own accounting (the scripts are run by hand on full shapes, not in CI)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -91,3 +92,14 @@ def test_a_failing_case_is_reported_and_loses_no_other(monkeypatch):
     assert bench_reference.table_row(failed).split() == ["broken", "8", "failed:", "Model", "Garden", "logged", "[],",
                                                         "expected", "15", "steps", "after", "5"]
     assert bench_reference.measured_or_failed("fine", 8, None) == {"case": "fine"}
+
+
+def test_kept_records_are_the_runs_own(testplugins_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(testplugins_path))
+    seen = {}
+    images, seconds = bench_overhead.run_accelbench(["--plugin", "sleepy", "--option", "step_ms=5"], 4, 1, 3,
+                                                    seen, keep=tmp_path / "kept")
+    [kept] = (tmp_path / "kept").iterdir()
+    [record] = json.loads(kept.read_text())["records"]
+    assert record["throughput"]["images"] == images == 12 and record["throughput"]["wall_time_s"] == seconds
+    assert record["settings"] == seen["settings"]

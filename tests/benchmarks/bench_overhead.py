@@ -13,6 +13,7 @@ published reference figure for this CPU. Exit status 1 if a ratio is below the b
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,15 +43,19 @@ CASES = {
 }
 
 
-def run_accelbench(args, batch, warmup, timed, seen=None, env=None):
+def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     """One `accelbench run`; returns (images, wall seconds) of its timed steps; `seen` gets the
-    record's FLOPs per image and settings; `env`: variables added to the run's environment."""
+    record's FLOPs per image and settings; `env`: variables added to the run's environment;
+    `keep`: a folder the run's results file is copied into, named by its record's time."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         subprocess.run([sys.executable, "-m", "accelbench", "run", *args, "--global-batch", str(batch),
                         "--warmup-steps", str(warmup), "--timed-steps", str(timed), "-o", str(out)],
                        check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
         [record] = json.loads(out.read_text())["records"]
+        if keep is not None:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(out, Path(keep) / f"{record['timestamp_utc'].replace(':', '')}.json")
     if record["status"] != "ok":
         raise SystemExit(f"accelbench run failed: {record['reason']}")
     if seen is not None:

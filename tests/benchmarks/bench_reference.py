@@ -155,7 +155,7 @@ def measure(name, batch, options):
                # a bare loop is ours, not a shipped program: the plugin's interpreter and malloc
                "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"])}
     rate, per_round = alternate(f"{name} batch {batch}", {
-        "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen),
+        "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
         "reference": runners[kind]}, options.rounds)
     ours, theirs = rate["accelbench"], rate["reference"]
     ours_rounds = [r["accelbench"] for r in per_round]
@@ -236,6 +236,8 @@ def main():
     parser.add_argument("--shipped-malloc", choices=["as-shipped", "plugin"], default="as-shipped",
                         help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
                         "(as they ship; default) or the one the plugin's worker had (bare loops always get that)")
+    parser.add_argument("--keep-records", type=Path, help="a folder to keep every accelbench run's results "
+                        "file in (to see what made a slow round slow)")
     options = parser.parse_args()
     if options.timed % options.warmup:
         parser.error("--timed must be a multiple of --warmup")
