@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .config import RunConfig
 from .launch import LaunchPlan
-from .records import TrialOutcome, trial_row
+from .records import TrialOutcome, TrialRow
 from .registry import BackendRef
 from .runner import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
 
@@ -128,8 +128,8 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
 def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[dict[str, Any]]:
     rows = []
     for rank, outcome in enumerate(outcomes, start=first_rank):
-        row = trial_row(rank, outcome, per_worker_batch)
-        rows.append({"rank": rank, "status": row["status"], "images": row["images"],
-                     "wall_time_s": row["wall_time_s"], "images_per_sec": row["images_per_sec"],
-                     "step_times_s": row["step_times_s"], "final": outcome.final or {}})
+        row = TrialRow.of(rank, outcome, per_worker_batch)
+        rows.append({"rank": rank, "status": row.status, "images": row.images, "wall_time_s": row.wall_time_s,
+                     "images_per_sec": row.images_per_sec, "step_times_s": row.step_times_s,
+                     "final": outcome.final or {}})
     return rows

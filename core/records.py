@@ -1,4 +1,5 @@
-"""Record assembly, validation before every write, and atomic results files."""
+"""The typed Record and its JSON form (made once, by ``to_json``), validation before every write,
+and atomic results files."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import stats, validation
+from . import peaks, stats, validation
 from .config import RunConfig
 from .errors import UsageError
 from .backend import Prepared
 from .registry import BackendRef
-from .timing import Timing
+from .timing import ProcessUsage, Timing
 
 if TYPE_CHECKING:
     from .training import TrainingResult
@@ -63,12 +64,167 @@ def utc_now(timespec: str = "seconds") -> str:
     return datetime.now(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
+def omitted_while_none() -> Any:
+    """A field the JSON form leaves out while it is None (optional in the schema, not nullable)."""
+    return field(default=None, metadata={"omit_if_none": True})
+
+
+def to_json(value: Any) -> Any:
+    """The JSON form of a record or any part of it: a dataclass becomes an object (keyed by a
+    field's ``json_name`` where its own name cannot be one, e.g. ``global``), a tuple a list."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.metadata.get("json_name", f.name): to_json(getattr(value, f.name))
+                for f in dataclasses.fields(value)
+                if not (f.metadata.get("omit_if_none") and getattr(value, f.name) is None)}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    return value
+
+
+@dataclass
+class Named:
+    name: str
+    version: str
+
+
+@dataclass
+class ModelRef:
+    name: str
+    variant: str | None
+
+
+@dataclass
+class DeviceRef:
+    kind: str
+    count: int
+    #: as the framework reports it; empty when the run never reached the device
+    name: str
+
+
+@dataclass
+class BatchRef:
+    global_: int = field(metadata={"json_name": "global"})
+    per_device: int
+    source: str
+    semantics: str
+
+
+@dataclass
+class DataRef:
+    source: str
+    placement: str | None
+
+
+@dataclass
+class Steps:
+    warmup: int
+    timed: int
+    steps_per_sample: int
+    warmup_rule: str | None = omitted_while_none()
+    timed_rule: str | None = omitted_while_none()
+
+
+@dataclass
+class TrialRow:
+    """One trial's (or one worker's) figures, as that process timed them."""
+
+    index: int
+    status: str
+    reason: str
+    images: int | None
+    wall_time_s: float | None
+    images_per_sec: float | None
+    step_times_s: list[float]
+    losses: list[float | None]
+    warmup_steps: int | None = omitted_while_none()
+    round: int | None = omitted_while_none()
+    started_utc: str | None = omitted_while_none()
+    ended_utc: str | None = omitted_while_none()
+    process: ProcessUsage | None = omitted_while_none()
+
+    @classmethod
+    def of(cls, index: int, outcome: TrialOutcome, batch: int) -> TrialRow:
+        """``batch`` images per step, as the trial's process timed them."""
+        when = {"round": outcome.round, "started_utc": outcome.started_utc, "ended_utc": outcome.ended_utc}
+        timing = outcome.timing
+        if not timing:
+            return cls(index, outcome.status, outcome.reason, None, None, None, [], [], **when)
+        images = batch * timing.timed_steps
+        return cls(index, outcome.status, outcome.reason, images, timing.wall_time_s, images / timing.wall_time_s,
+                   list(timing.step_times), list(timing.losses), timing.warmup_calls * timing.steps_per_call,
+                   **when, process=timing.usage)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> TrialRow:
+        process = row.get("process")
+        return cls(**{**row, "process": ProcessUsage(**process) if process else None})
+
+
+@dataclass
+class Throughput:
+    """Pooled images/sec over every trial: all images / all wall time of the timed steps."""
+
+    images_per_sec: float
+    images: int
+    wall_time_s: float
+    ci95: tuple[float, float]
+    ci_method: str
+    #: drift over the rounds of an interleaved run
+    trend: stats.Trend | None = omitted_while_none()
+
+
+@dataclass
+class Flops:
+    per_image: float
+    achieved_per_s: float | None = None
+    peak_per_sec: float | None = omitted_while_none()
+    peak_source: str | None = omitted_while_none()
+    utilisation: float | None = omitted_while_none()
+
+
+@dataclass
+class Record:
+    """One run's record; ``to_json`` gives the form the result schema checks and files hold."""
+
+    schema_version: str
+    status: str
+    reason: str
+    timestamp_utc: str
+    config_hash: str
+    plugin: Named
+    backend: Named
+    #: as the framework reports itself, else its installed distribution's version
+    framework: Named
+    model: ModelRef
+    precision: str
+    device: DeviceRef
+    batch: BatchRef
+    image_size: int
+    data: DataRef
+    steps: Steps
+    trials: list[TrialRow]
+    throughput: Throughput | None
+    step_time: stats.StepTimeSummary | None
+    flops: Flops | None
+    #: what the backend read back from its framework, free-form per plugin
+    settings: dict[str, Any]
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    warnings: list[str]
+    distributed: dict[str, Any] | None = omitted_while_none()
+    schedule: dict[str, Any] | None = omitted_while_none()
+    mode: str | None = omitted_while_none()
+    training: dict[str, Any] | None = omitted_while_none()
+
+
 def build(ctx: RunContext) -> dict[str, Any]:
-    """The run's record, always schema-valid. When what the backend reported breaks the schema
-    (a third-party plugin broke the contract), the record is ``failed`` with the validation error
-    as its reason, and none of the backend's figures are kept."""
+    """The run's record in its JSON form, always schema-valid. When what the backend reported
+    breaks the schema (a third-party plugin broke the contract), the record is ``failed`` with the
+    validation error as its reason, and none of the backend's figures are kept."""
     try:
-        record = _assemble(ctx)
+        record = to_json(_assemble(ctx))
     except (TypeError, ValueError, KeyError, AttributeError) as exc:  # values no record can hold
         problems = [f"{type(exc).__name__}: {exc}"]
     else:
@@ -78,59 +234,45 @@ def build(ctx: RunContext) -> dict[str, Any]:
     reason = f"the backend's results broke the result schema: {problems[0]}"
     failed = [TrialOutcome("failed", reason, round=o.round, started_utc=o.started_utc, ended_utc=o.ended_utc)
               for o in ctx.outcomes] or [TrialOutcome("failed", reason)]
-    return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule, worker=ctx.worker))
+    return to_json(_assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule,
+                                        worker=ctx.worker)))
 
 
-def _assemble(ctx: RunContext) -> dict[str, Any]:
+def _assemble(ctx: RunContext) -> Record:
     """Assemble a record; statistics only when every trial is ok (a number is never invented)."""
     info = ctx.ref.backend.describe()
     cfg = ctx.config
     reported = next((o.prepared for o in ctx.outcomes if o.prepared), None)
     prepared = reported or Prepared(device_name="")  # a run that never prepared reports nothing
     status, reason = _overall_status(ctx.outcomes)
-    trials = [trial_row(i, o, cfg.global_batch) for i, o in enumerate(ctx.outcomes)]
-    record = {
-        "schema_version": validation.RESULT_SCHEMA_VERSION,
-        "status": status,
-        "reason": reason,
-        "timestamp_utc": utc_now(),
-        "config_hash": cfg.config_hash(),
-        "plugin": {"name": ctx.ref.plugin.name, "version": ctx.ref.plugin.version},
-        "backend": {"name": info.name, "version": info.version},
-        # as the framework reports itself, else its installed distribution's version
-        "framework": {"name": info.framework,
-                      "version": prepared.framework_version or ctx.ref.framework_version()},
-        "model": {"name": cfg.model, "variant": cfg.variant},
-        "precision": cfg.precision,
-        "device": {"kind": cfg.device, "count": cfg.device_count, "name": prepared.device_name},
-        "batch": {"global": cfg.global_batch, "per_device": cfg.per_device_batch,
-                  "source": cfg.batch_source, "semantics": info.batch_semantics},
-        "image_size": cfg.image_size,
-        "data": {"source": cfg.data, "placement": reported.data_placement if reported else None},
-        "steps": _steps(cfg, prepared.steps_per_call, ctx.outcomes),
-        "trials": trials,
-        "throughput": None,
-        "step_time": None,
-        "flops": None,
+    record = Record(
+        schema_version=validation.RESULT_SCHEMA_VERSION, status=status, reason=reason, timestamp_utc=utc_now(),
+        config_hash=cfg.config_hash(), plugin=Named(ctx.ref.plugin.name, ctx.ref.plugin.version),
+        backend=Named(info.name, info.version),
+        framework=Named(info.framework, prepared.framework_version or ctx.ref.framework_version()),
+        model=ModelRef(cfg.model, cfg.variant), precision=cfg.precision,
+        device=DeviceRef(cfg.device, cfg.device_count, prepared.device_name),
+        batch=BatchRef(cfg.global_batch, cfg.per_device_batch, cfg.batch_source, info.batch_semantics),
+        image_size=cfg.image_size,
+        data=DataRef(cfg.data, reported.data_placement if reported else None),
+        steps=_steps(cfg, prepared.steps_per_call, ctx.outcomes),
+        trials=[TrialRow.of(i, o, cfg.global_batch) for i, o in enumerate(ctx.outcomes)],
+        throughput=None, step_time=None, flops=None,
         # a copy: the record is rebuilt after every trial, and its building edits settings
-        "settings": dict(prepared.settings),
-        "config": cfg.to_dict(),
-        "environment": _environment(ctx),
-        "warnings": list(prepared.warnings),
-    }
-    if ctx.distributed:
-        record["distributed"] = dict(ctx.distributed)
-    if ctx.schedule:
-        record["schedule"] = ctx.schedule
+        settings=dict(prepared.settings), config=cfg.to_dict(), environment=_environment(ctx),
+        warnings=list(prepared.warnings),
+        distributed=dict(ctx.distributed) if ctx.distributed else None, schedule=ctx.schedule or None)
     if cfg.mode == "train":
-        record["mode"] = "train"
+        record.mode = "train"
         _add_training(record, cfg, ctx.outcomes[-1])
     if status == "ok":
-        _add_statistics(record, cfg)
+        record.throughput, record.step_time, warnings = statistics(record.trials, cfg)
+        record.warnings += warnings
         _add_scaling_efficiency(record)
     if prepared.flops_per_image:
-        record["flops"] = {"per_image": prepared.flops_per_image, "achieved_per_s": None}
-        _add_achieved_flops(record)
+        record.flops = Flops(prepared.flops_per_image)
+        record.warnings += complete_flops(record.flops, record.throughput, record.precision, record.device,
+                                          record.framework, record.environment, _devices(record))
     return record
 
 
@@ -143,69 +285,79 @@ def _environment(ctx: RunContext) -> dict[str, Any]:
     return {**ctx.environment, "packages": packages, "worker": ctx.worker}
 
 
-def _add_achieved_flops(record: dict[str, Any]) -> None:
-    if record["flops"] and record["throughput"]:
-        record["flops"]["achieved_per_s"] = record["throughput"]["images_per_sec"] * record["flops"]["per_image"]
-        _add_utilisation(record)
+def _devices(record: Record) -> int:
+    """Devices across every worker of the run."""
+    return record.device.count * (record.distributed or {}).get("workers", 1)
 
 
-def _add_utilisation(record: dict[str, Any]) -> None:
-    """Achieved / the run's peak: its accelerators' published one, else one ``accelbench peak``
-    measured here with its framework."""
-    from . import peaks
-
-    device = record["device"]
-    names = [device["name"]] + [a["name"] for a in record["environment"]["accelerators"] if a["kind"] == device["kind"]]
-    devices = device["count"] * record.get("distributed", {}).get("workers", 1)
-    peak = next((p for p in (peaks.published(device["kind"], n, record["precision"], devices) for n in names if n) if p),
-                None) or peaks.measured(record["environment"], device["kind"], device["name"] or "",
-                                        record["framework"]["name"], record["framework"]["version"] or "",
-                                        record["precision"], devices)
-    if peak:
-        utilisation = record["flops"]["achieved_per_s"] / peak.flops_per_s
-        record["flops"].update(peak_per_sec=peak.flops_per_s, peak_source=peak.source, utilisation=utilisation)
-        if utilisation > 1:  # reported as measured, never clamped: the peak is what is wrong
-            record["warnings"].append(
-                f"this run achieved {utilisation:.0%} of the peak it is compared with: that peak "
-                f"({peak.flops_per_s / 1e9:.0f} GFLOP/s) is too low (measured while the machine was busy?); "
-                f"run `accelbench peak` again")
+def complete_flops(flops: Flops, throughput: Throughput | None, precision: str, device: DeviceRef,
+                   framework: Named, environment: dict[str, Any], devices: int) -> list[str]:
+    """Achieved FLOP/s from the throughput, and the share of the run's peak; the warnings that
+    go with them."""
+    if throughput is None:
+        return []
+    flops.achieved_per_s = throughput.images_per_sec * flops.per_image
+    warning = add_utilisation(flops, run_peak(precision, device, framework, environment, devices))
+    return [warning] if warning else []
 
 
-def _add_scaling_efficiency(record: dict[str, Any]) -> None:
+def run_peak(precision: str, device: DeviceRef, framework: Named, environment: dict[str, Any],
+             devices: int) -> peaks.Peak | None:
+    """The peak a run is compared with: its accelerators' published one, else one ``accelbench
+    peak`` measured here with its framework (None: neither, and none is invented)."""
+    names = [device.name] + [a["name"] for a in environment["accelerators"] if a["kind"] == device.kind]
+    published = (peaks.published(device.kind, name, precision, devices) for name in names if name)
+    return next((peak for peak in published if peak), None) or peaks.measured(
+        environment, device.kind, device.name or "", framework.name, framework.version or "", precision, devices)
+
+
+def add_utilisation(flops: Flops, peak: peaks.Peak | None) -> str | None:
+    """Achieved / peak into ``flops``; a warning when the run beat its peak."""
+    if peak is None or flops.achieved_per_s is None:
+        return None
+    flops.peak_per_sec, flops.peak_source = peak.flops_per_s, peak.source
+    flops.utilisation = flops.achieved_per_s / peak.flops_per_s
+    if flops.utilisation <= 1:
+        return None
+    # reported as measured, never clamped: the peak is what is wrong
+    return (f"this run achieved {flops.utilisation:.0%} of the peak it is compared with: that peak "
+            f"({peak.flops_per_s / 1e9:.0f} GFLOP/s) is too low (measured while the machine was busy?); "
+            f"run `accelbench peak` again")
+
+
+def _add_scaling_efficiency(record: Record) -> None:
     """Multi-worker throughput / (workers x the 1-worker baseline of the same per-worker batch)."""
-    dist = record.get("distributed")
-    if dist and dist["baseline_images_per_sec"]:
-        dist["scaling_efficiency"] = record["throughput"]["images_per_sec"] / (
+    dist = record.distributed
+    if dist and dist["baseline_images_per_sec"] and record.throughput:
+        dist["scaling_efficiency"] = record.throughput.images_per_sec / (
             dist["workers"] * dist["baseline_images_per_sec"])
 
 
-def _add_training(record: dict[str, Any], cfg: RunConfig, outcome: TrialOutcome) -> None:
+def _add_training(record: Record, cfg: RunConfig, outcome: TrialOutcome) -> None:
     """Train mode's block: the curve and time to target (absent when the run did not finish)."""
     from . import training
 
     if outcome.training is None:
         return
-    preprocessing = record["settings"].pop("preprocessing", {})
+    preprocessing = record.settings.pop("preprocessing", {})
     spec = training.TrainSpec.from_dict(cfg.train)
-    record["training"] = {**training.summary(outcome.training, spec, cfg.global_batch),
-                          "preprocessing": preprocessing, "cost_to_target": None}
+    record.training = {**training.summary(outcome.training, spec, cfg.global_batch),
+                       "preprocessing": preprocessing, "cost_to_target": None}
 
 
-def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> dict[str, Any]:
+def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps:
     """Steps actually run (the first trial's; every trial row has its own), and how their number
     was decided. In train mode: the first epoch is the warm-up, the later epochs' steps the timed
     ones. A run that never stepped shows the counts it was given (0 timed steps for a time box)."""
     trained = next((o.training for o in outcomes if o.training), None)
     if trained:
-        return {"warmup": trained.steps_per_epoch, "timed": max(1, len(outcomes[-1].timing.step_times)),
-                "steps_per_sample": 1}
+        return Steps(trained.steps_per_epoch, max(1, len(outcomes[-1].timing.step_times)), 1)
     timing = next((o.timing for o in outcomes if o.timing), None)
     if timing:
-        return {"warmup": timing.warmup_calls * per_call, "timed": timing.timed_calls * per_call,
-                "steps_per_sample": per_call, "warmup_rule": timing.warmup_rule,
-                "timed_rule": timing.timed_rule}
+        return Steps(timing.warmup_calls * per_call, timing.timed_calls * per_call, per_call,
+                     timing.warmup_rule, timing.timed_rule)
     whole = lambda steps: math.ceil(steps / per_call) * per_call  # noqa: E731
-    return {"warmup": whole(cfg.warmup_steps), "timed": whole(cfg.timed_steps or 0), "steps_per_sample": per_call}
+    return Steps(whole(cfg.warmup_steps), whole(cfg.timed_steps or 0), per_call)
 
 
 def _overall_status(outcomes: list[TrialOutcome]) -> tuple[str, str]:
@@ -217,52 +369,35 @@ def _overall_status(outcomes: list[TrialOutcome]) -> tuple[str, str]:
     return "ok", ""
 
 
-def trial_row(index: int, outcome: TrialOutcome, batch: int) -> dict[str, Any]:
-    """One trial's (or one worker's) figures: ``batch`` images per step, as that process timed them."""
-    timing = outcome.timing
-    when = {key: value for key, value in (("round", outcome.round), ("started_utc", outcome.started_utc),
-                                          ("ended_utc", outcome.ended_utc)) if value is not None}
-    if not timing:
-        return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": None,
-                "wall_time_s": None, "images_per_sec": None, "step_times_s": [], "losses": [], **when}
-    images = batch * timing.timed_calls * timing.steps_per_call
-    return {"index": index, "status": outcome.status, "reason": outcome.reason, "images": images,
-            "wall_time_s": timing.wall_time_s, "images_per_sec": images / timing.wall_time_s,
-            "step_times_s": list(timing.step_times), "losses": list(timing.losses),
-            "warmup_steps": timing.warmup_calls * timing.steps_per_call, **when,
-            **({"process": dataclasses.asdict(timing.usage)} if timing.usage else {})}
-
-
-def _add_statistics(record: dict[str, Any], cfg: RunConfig) -> None:
-    trials = record["trials"]
-    images = sum(t["images"] for t in trials)
-    wall = sum(t["wall_time_s"] for t in trials)
-    steps = [s for t in trials for s in t["step_times_s"]]
-    ci, method = stats.throughput_ci([t["images"] for t in trials], [t["wall_time_s"] for t in trials],
+def statistics(trials: list[TrialRow], cfg: RunConfig) -> tuple[Throughput, stats.StepTimeSummary, list[str]]:
+    """Pooled throughput with its interval, the step-time summary, and the warnings they call for."""
+    images = sum(t.images for t in trials)
+    wall = sum(t.wall_time_s for t in trials)
+    steps = [s for t in trials for s in t.step_times_s]
+    ci, method = stats.throughput_ci([t.images for t in trials], [t.wall_time_s for t in trials],
                                      steps, images_per_step=cfg.global_batch, seed=cfg.seed)
-    record["throughput"] = {"images_per_sec": images / wall, "images": images, "wall_time_s": wall,
-                            "ci95": list(ci), "ci_method": method}
-    record["step_time"] = stats.step_time_summary(steps)
-    cv = record["step_time"]["cv"]
-    if cv > stats.CV_WARNING:
-        record["warnings"].append(f"step-time coefficient of variation {cv:.1%} exceeds "
-                                  f"{stats.CV_WARNING:.0%}: the machine was noisy or the run too short")
-    if any(loss is None for t in trials for loss in t["losses"]):
-        record["warnings"].append("the training loss was NaN or infinite during timed steps")
-    _add_trend(record)
+    throughput = Throughput(images / wall, images, wall, ci, method)
+    step_time = stats.step_time_summary(steps)
+    warnings = []
+    if step_time.cv > stats.CV_WARNING:
+        warnings.append(f"step-time coefficient of variation {step_time.cv:.1%} exceeds "
+                        f"{stats.CV_WARNING:.0%}: the machine was noisy or the run too short")
+    if any(loss is None for t in trials for loss in t.losses):
+        warnings.append("the training loss was NaN or infinite during timed steps")
+    throughput.trend = _trend(trials)
+    if throughput.trend and throughput.trend.significant:
+        warnings.append(_drift_warning(throughput.trend))
+    return throughput, step_time, warnings
 
 
-def _add_trend(record: dict[str, Any]) -> None:
+def _trend(trials: list[TrialRow]) -> stats.Trend | None:
     """Drift diagnostic: does images/sec move with the round index? (interleaved runs only)"""
-    trials = [t for t in record["trials"] if "round" in t]
-    found = stats.trend([t["round"] for t in trials], [t["images_per_sec"] for t in trials])
-    if found is None:
-        return
-    record["throughput"]["trend"] = {"slope_per_round": found.slope_per_round, "p_value": found.p_value,
-                                     "rounds": found.rounds}
-    if found.significant:
-        record["warnings"].append(
-            f"images/sec trended {found.slope_per_round:+.2%} per round over {found.rounds} rounds "
+    rounds = [t for t in trials if t.round is not None]
+    return stats.trend([t.round for t in rounds], [t.images_per_sec for t in rounds])
+
+
+def _drift_warning(found: stats.Trend) -> str:
+    return (f"images/sec trended {found.slope_per_round:+.2%} per round over {found.rounds} rounds "
             f"({found.change_over_run:+.1%} in all, p={found.p_value:.3f}): the machine's speed drifted; "
             f"compare runs interleaved in one invocation (paired rounds), not across invocations")
 
@@ -346,6 +481,14 @@ def merge_ranks(rank_records: list[dict[str, Any]]) -> dict[str, Any]:
     images = sum(row["images"] for row in rows)
     merged["trials"] = [{**merged["trials"][0], "images": images, "wall_time_s": slowest["wall_time_s"],
                          "images_per_sec": images / slowest["wall_time_s"], "step_times_s": slowest["step_times_s"]}]
-    _add_statistics(merged, RunConfig(**merged["config"]))
-    _add_achieved_flops(merged)
+    throughput, step_time, warnings = statistics([TrialRow.from_json(row) for row in merged["trials"]],
+                                                 RunConfig(**merged["config"]))
+    merged["throughput"], merged["step_time"] = to_json(throughput), to_json(step_time)
+    merged["warnings"] += warnings
+    if merged["flops"]:
+        flops = Flops(merged["flops"]["per_image"])
+        merged["warnings"] += complete_flops(flops, throughput, merged["precision"], DeviceRef(**merged["device"]),
+                                             Named(**merged["framework"]), merged["environment"],
+                                             merged["device"]["count"] * workers)
+        merged["flops"] = to_json(flops)
     return merged

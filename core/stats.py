@@ -22,19 +22,27 @@ BOOTSTRAP_RESAMPLES = 4000
 MAD_TO_SIGMA = 1.4826
 
 
-def step_time_summary(step_times: Sequence[float]) -> dict[str, float]:
+@dataclass(frozen=True)
+class StepTimeSummary:
+    """Spread of the timed steps: jitter is 1.4826 x the median absolute deviation (a robust
+    stdev), cv the stdev over the mean."""
+
+    median_s: float
+    mean_s: float
+    stdev_s: float
+    iqr_s: float
+    jitter_s: float
+    cv: float
+
+
+def step_time_summary(step_times: Sequence[float]) -> StepTimeSummary:
     t = np.asarray(step_times, dtype=float)
     q1, median, q3 = np.percentile(t, [25, 50, 75])
     mean = float(t.mean())
     stdev = float(t.std(ddof=1)) if t.size > 1 else 0.0
-    return {
-        "median_s": float(median),
-        "mean_s": mean,
-        "stdev_s": stdev,
-        "iqr_s": float(q3 - q1),
-        "jitter_s": float(MAD_TO_SIGMA * np.median(np.abs(t - median))),
-        "cv": stdev / mean if mean > 0 else 0.0,
-    }
+    return StepTimeSummary(median_s=float(median), mean_s=mean, stdev_s=stdev, iqr_s=float(q3 - q1),
+                           jitter_s=float(MAD_TO_SIGMA * np.median(np.abs(t - median))),
+                           cv=stdev / mean if mean > 0 else 0.0)
 
 
 def throughput_ci(images: Sequence[int], walls: Sequence[float], step_times: Sequence[float],

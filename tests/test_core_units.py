@@ -42,10 +42,10 @@ def test_impossible_batches_are_refused(config, message):
 
 def test_step_time_summary_on_known_values():
     summary = step_time_summary([1.0, 2.0, 3.0, 4.0, 100.0])
-    assert summary["median_s"] == 3.0 and summary["mean_s"] == 22.0
-    assert summary["iqr_s"] == 2.0  # 4 - 2
-    assert summary["jitter_s"] == pytest.approx(1.4826 * 1.0)  # MAD of |x - 3| = [2,1,0,1,97] -> 1
-    assert summary["cv"] == pytest.approx(summary["stdev_s"] / 22.0)
+    assert summary.median_s == 3.0 and summary.mean_s == 22.0
+    assert summary.iqr_s == 2.0  # 4 - 2
+    assert summary.jitter_s == pytest.approx(1.4826 * 1.0)  # MAD of |x - 3| = [2,1,0,1,97] -> 1
+    assert summary.cv == pytest.approx(summary.stdev_s / 22.0)
 
 
 def test_throughput_interval_over_steps_brackets_the_pooled_rate():

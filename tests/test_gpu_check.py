@@ -104,16 +104,14 @@ def test_published_peaks(kind, name, precision, devices, tflops):
 
 
 def test_a_gpu_record_gets_its_utilisation(monkeypatch, tmp_path):
-    from accelbench.records import _add_utilisation
+    from accelbench.records import DeviceRef, Flops, Named, add_utilisation, run_peak
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no peak measured on this machine
-    record = {"device": {"kind": "gpu", "count": 4, "name": "Tesla V100-SXM2-16GB"}, "precision": "fp16",
-              "framework": {"name": "tensorflow", "version": "2.21.0"},
-              "environment": {"accelerators": [], "cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2"]},
-              "flops": {"per_image": 2.3e10, "achieved_per_s": 1.0e14}}
-    _add_utilisation(record)
-    assert record["flops"]["peak_per_sec"] == pytest.approx(4 * 125e12)
-    assert record["flops"]["utilisation"] == pytest.approx(0.2)
-    cpu = {**record, "device": {"kind": "cpu", "count": 1, "name": "AMD EPYC"}, "flops": {"achieved_per_s": 1e11}}
-    _add_utilisation(cpu)
-    assert "utilisation" not in cpu["flops"]  # no invented peak for a CPU (none measured here either)
+    environment = {"accelerators": [], "cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2"]}
+    tensorflow = Named("tensorflow", "2.21.0")
+    peak = run_peak("fp16", DeviceRef("gpu", 4, "Tesla V100-SXM2-16GB"), tensorflow, environment, devices=4)
+    flops = Flops(per_image=2.3e10, achieved_per_s=1.0e14)
+    assert add_utilisation(flops, peak) is None
+    assert flops.peak_per_sec == pytest.approx(4 * 125e12) and flops.utilisation == pytest.approx(0.2)
+    # no invented peak for a CPU (none measured here either)
+    assert run_peak("fp16", DeviceRef("cpu", 1, "AMD EPYC"), tensorflow, environment, devices=1) is None

@@ -59,9 +59,9 @@ def test_a_record_above_its_peak_is_warned_about_not_clamped(monkeypatch):
     from accelbench import peaks, records
 
     monkeypatch.setattr(peaks, "published", lambda *args: peaks.Peak(100e9, "a low figure"))
-    record = {"device": {"kind": "cpu", "name": "cpu", "count": 1}, "environment": {"accelerators": []},
-              "precision": "fp32", "framework": {"name": "fw", "version": "1"},
-              "flops": {"achieved_per_s": 150e9}, "warnings": []}
-    records._add_utilisation(record)
-    assert record["flops"]["utilisation"] == 1.5
-    assert "achieved 150% of the peak" in record["warnings"][0]
+    flops = records.Flops(per_image=1e9)
+    throughput = records.Throughput(150.0, 1500, 10.0, (140.0, 160.0), "bootstrap over steps")
+    warnings = records.complete_flops(flops, throughput, "fp32", records.DeviceRef("cpu", 1, "cpu"),
+                                      records.Named("fw", "1"), {"accelerators": []}, devices=1)
+    assert flops.achieved_per_s == 150e9 and flops.utilisation == 1.5 and flops.peak_source == "a low figure"
+    assert len(warnings) == 1 and "achieved 150% of the peak" in warnings[0]

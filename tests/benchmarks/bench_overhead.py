@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -66,9 +67,10 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 
-def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable):
+def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None):
     """The bare loop, with the same malloc preloaded as ``accelbench run --allocator`` gives a
-    worker; ``python``: the interpreter (a plugin's own environment for a framework the host lacks)."""
+    worker; ``python``: the interpreter (a plugin's own environment for a framework the host lacks);
+    ``keep``: a folder its JSON line (with kernel time and page faults per step) is saved into."""
     from accelbench import allocators
 
     script, *rest = command
@@ -76,7 +78,12 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
                           "--warmup", str(warmup), "--timed", str(timed)],
                          check=True, capture_output=True, text=True,
                          env={**os.environ, **allocators.worker_environment(allocator)})
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    line = out.stdout.strip().splitlines()[-1]
+    result = json.loads(line)
+    if keep is not None:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S.%fZ")
+        (Path(keep) / f"bare-{stamp}.json").write_text(line + "\n")
     return result["images"], result["wall_time_s"]
 
 

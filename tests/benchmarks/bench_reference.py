@@ -153,7 +153,8 @@ def measure(name, batch, options):
                                                         shipped_env()),
                "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed, shipped_env()),
                # a bare loop is ours, not a shipped program: the plugin's interpreter and malloc
-               "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"])}
+               "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"],
+                                    keep=options.keep_records)}
     rate, per_round = alternate(f"{name} batch {batch}", {
         "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
         "reference": runners[kind]}, options.rounds)
@@ -237,7 +238,7 @@ def main():
                         help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
                         "(as they ship; default) or the one the plugin's worker had (bare loops always get that)")
     parser.add_argument("--keep-records", type=Path, help="a folder to keep every accelbench run's results "
-                        "file in (to see what made a slow round slow)")
+                        "file and every bare loop's figures in (to see what made a slow round slow)")
     options = parser.parse_args()
     if options.timed % options.warmup:
         parser.error("--timed must be a multiple of --warmup")
