@@ -44,6 +44,12 @@ CASES = {
 }
 
 
+def kept(folder, name):
+    """Where a kept file goes: ``name`` in ``folder``, made if missing."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(folder) / name
+
+
 def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     """One `accelbench run`; returns (images, wall seconds) of its timed steps; `seen` gets the
     record's FLOPs per image and settings; `env`: variables added to the run's environment;
@@ -55,8 +61,7 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
                        check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
         [record] = json.loads(out.read_text())["records"]
         if keep is not None:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            shutil.copy(out, Path(keep) / f"{record['timestamp_utc'].replace(':', '')}.json")
+            shutil.copy(out, kept(keep, f"{record['timestamp_utc'].replace(':', '')}.json"))
     if record["status"] != "ok":
         raise SystemExit(f"accelbench run failed: {record['reason']}")
     if seen is not None:
@@ -81,9 +86,8 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
     line = out.stdout.strip().splitlines()[-1]
     result = json.loads(line)
     if keep is not None:
-        Path(keep).mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%S.%fZ")
-        (Path(keep) / f"bare-{stamp}.json").write_text(line + "\n")
+        kept(keep, f"bare-{stamp}.json").write_text(line + "\n")
     return result["images"], result["wall_time_s"]
 
 
