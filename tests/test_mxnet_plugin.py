@@ -1,6 +1,7 @@
 """mxnet_ngc through the host, with tiny shapes on the CPU."""
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -81,6 +82,58 @@ def test_mxnet_bf16_runs_through_amp():
         pytest.skip(problem)
     assert record["status"] == "ok", record["reason"]
     assert record["precision"] == "bf16" and record["settings"]["amp"] == "bfloat16"
+    # what oneDNN ran, read back from oneDNN: AMX wherever the CPU has it (oneDNN 2.4 alone would not)
+    kernel, isa = record["settings"]["onednn_convolution"], record["settings"]["onednn_isa"]
+    if "amx_bf16" in environment.cpu_flags():
+        assert record["settings"]["onednn_max_cpu_isa"] == "AVX512_CORE_AMX"
+        assert kernel.endswith("avx512_core_amx_bf16") and "AMX" in isa, (kernel, isa)
+    else:
+        assert record["settings"]["onednn_max_cpu_isa"] == os.environ.get("DNNL_MAX_CPU_ISA")  # None: oneDNN's own
+        assert "amx" not in kernel and "AMX" not in isa, (kernel, isa)
+
+
+def test_a_users_onednn_ceiling_stands_and_the_record_reads_what_onednn_ran(monkeypatch):
+    from accelbench import environment
+    from accelbench.plugins.mxnet_ngc.training import cpu_bf16_problem
+
+    if cpu_bf16_problem(environment.cpu_flags()):
+        pytest.skip("no AVX-512 on this CPU")
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE")  # the worker inherits the host's environment
+    record = run_backend("mxnet_ngc", precision="bf16")
+    assert record["status"] == "ok", record["reason"]
+    settings = record["settings"]
+    assert settings["onednn_max_cpu_isa"] == "AVX512_CORE"
+    # plain AVX-512: oneDNN's bf16 convolution in emulation, whatever the CPU has beyond it
+    assert settings["onednn_convolution"].endswith(":avx512_core"), settings["onednn_convolution"]
+    assert "bfloat16" not in settings["onednn_isa"] and "AMX" not in settings["onednn_isa"]
+
+
+def test_fp32_records_its_onednn_kernel_too():
+    record = run_backend("mxnet_ngc", timed_steps=2, warmup_steps=0)
+    assert record["status"] == "ok", record["reason"]
+    assert record["settings"]["onednn_convolution"] and record["settings"]["onednn_isa"]
+    assert "bf16" not in record["settings"]["onednn_convolution"]
+
+
+@pytest.mark.parametrize("flags, permitted, asked, ceiling", [
+    ({"avx512f", "amx_tile", "amx_bf16"}, True, None, "AVX512_CORE_AMX"),  # Sapphire Rapids and later
+    ({"avx512f", "amx_tile", "amx_bf16"}, True, "AVX512_CORE_BF16", "AVX512_CORE_BF16"),  # the user's stands
+    ({"avx512f", "amx_tile", "amx_bf16"}, False, None, None),  # the kernel refused: no SIGILL, no AMX
+    ({"avx512f", "avx512_bf16"}, True, None, None),  # AMD Zen 4: nothing to allow
+])
+def test_onednn_is_allowed_amx_only_where_the_cpu_and_the_kernel_give_it(monkeypatch, flags, permitted, asked,
+                                                                        ceiling):
+    from accelbench.plugins.mxnet_ngc import onednn
+
+    asked_for = []
+    monkeypatch.setattr(onednn, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(onednn, "request_amx_tiles", lambda: asked_for.append(True) or permitted)
+    monkeypatch.setenv(onednn.ISA_VARIABLE, asked or "")  # so that undoing restores the test process's own
+    if asked is None:
+        monkeypatch.delenv(onednn.ISA_VARIABLE)
+    onednn.allow_amx()
+    assert onednn.os.environ.get(onednn.ISA_VARIABLE) == ceiling
+    assert asked_for == ([True] if "amx_bf16" in flags else [])
 
 
 @pytest.mark.parametrize("flags, expected", [

@@ -62,7 +62,8 @@ class NgcResNet50(RunBackend):
         output = self._product()
         return Prepared(device_name=f"{context}", framework_version=mx.__version__,
                         settings={"operator": "FullyConnected", "output_dtype": _dtype_name(output.dtype),
-                                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "")})
+                                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
+                                  "onednn_max_cpu_isa": training.onednn.ceiling()})
 
     def matmul(self) -> None:
         self._product().wait_to_read()

@@ -10,6 +10,8 @@ from accelbench import Prepared, RunConfig, environment
 from accelbench.plugins.cpu_features import bf16_emulation_warning
 from accelbench.backend import training_flops
 
+from . import onednn
+
 # numpy >= 1.24 removed these aliases; mxnet 1.9.1 uses them at import and at run time
 REMOVED_NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "str": str,
                          "complex": complex}
@@ -19,8 +21,11 @@ CONV_BIASES = r".*conv\d+_bias"  # parameter names of the model zoo's convolutio
 
 
 def import_mxnet():
-    """Import mxnet after restoring numpy's removed aliases (only those missing)."""
+    """Import mxnet after restoring numpy's removed aliases (only those missing), with oneDNN
+    allowed the CPU's AMX (``onednn.allow_amx``: it must precede the import)."""
     import numpy
+
+    onednn.allow_amx()
 
     for name, value in REMOVED_NUMPY_ALIASES.items():
         if not hasattr(numpy, name):
@@ -203,6 +208,7 @@ class GluonRun:
                 "amp": "bfloat16" if self.config.precision == "bf16" else None,
                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                 "mkldnn": mx.runtime.Features().is_enabled("MKLDNN"),
+                **self._onednn_settings(),
                 "layout": "NCHW",
                 "conv_biases": self._trained_conv_biases(),
                 # "nag": SGD with Nesterov momentum
@@ -210,6 +216,11 @@ class GluonRun:
                 # weights updated per optimizer call (MXNET_OPTIMIZER_AGGREGATION_SIZE; 1: one at a time)
                 "optimizer_aggregate_num": getattr(self.trainer._optimizer, "aggregate_num", None),
             })
+
+    def _onednn_settings(self) -> dict[str, str | None]:
+        if self.config.device != "cpu":
+            return {}
+        return {"onednn_max_cpu_isa": onednn.ceiling(), **onednn.read_back(self.config.precision)}
 
     def _trained_conv_biases(self) -> bool:
         return any(p.grad_req != "null" for p in self.net.collect_params(CONV_BIASES).values())

@@ -18,6 +18,12 @@ parser.add_argument("--timed", type=int, default=100)
 args = parser.parse_args()
 
 os.environ["OMP_NUM_THREADS"] = str(os.cpu_count())
+if "AMX" in os.environ.get("DNNL_MAX_CPU_ISA", ""):
+    # oneDNN 2.4 (mxnet 1.9.1) uses AMX only when allowed, and never asks Linux for the tile
+    # state: without this arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) it dies of SIGILL
+    import ctypes
+
+    ctypes.CDLL(None).syscall(ctypes.c_long(158), ctypes.c_long(0x1023), ctypes.c_long(18))
 import numpy as np  # noqa: E402
 
 for alias, kind in {"bool": bool, "int": int, "float": float, "object": object, "str": str, "complex": complex}.items():

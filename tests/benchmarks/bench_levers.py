@@ -3,7 +3,8 @@ alternating rounds on this machine, so "does it help here" is decided side by si
 
 A lever changes how the same work is executed, never the work (no fewer FLOPs, no skipped syncs,
 no smaller model, no lower precision): the memory allocator preloaded into the worker, OpenMP
-thread placement, the inter-op thread pool, a fused optimizer update, the tensors' memory format.
+thread placement, oneDNN's instruction-set ceiling, the inter-op thread pool, a fused optimizer
+update, the tensors' memory format.
 
     python tests/benchmarks/bench_levers.py --plugin torch --lever jemalloc --lever tcmalloc
     python tests/benchmarks/bench_levers.py --rounds 3 --timed 20      # every plugin, every lever
@@ -21,14 +22,21 @@ from bench_reference import machine_header
 PLUGINS = {
     "tf": ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
     "mxnet": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "fp32"],
+    "mxnet-bf16": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "bf16"],
     "torch": ["--plugin", "torch_ref", "--precision", "fp32"],
     "jax": ["--plugin", "jax_flax", "--precision", "bf16"],  # the recipe's precision, its default
 }
+#: the baseline's environment: the framework as it ships, where the plugin would otherwise pull a
+#: lever by itself (mxnet_ngc raises oneDNN 2.4's ceiling to AMX on a CPU that has it)
+MXNET_AS_SHIPPED = {"DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16"}  # oneDNN 2.4's default ceiling: AVX-512, no AMX
+BASELINE_ENV = {"mxnet": MXNET_AS_SHIPPED, "mxnet-bf16": MXNET_AS_SHIPPED}
 
 # lever: (accelbench arguments, worker environment, the plugins it applies to)
 LEVERS = {
-    "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "torch", "jax")),
-    "tcmalloc": (["--allocator", "tcmalloc"], {}, ("tf", "mxnet", "torch", "jax")),
+    "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "mxnet-bf16", "torch", "jax")),
+    "tcmalloc": (["--allocator", "tcmalloc"], {}, ("tf", "mxnet", "mxnet-bf16", "torch", "jax")),
+    # oneDNN 2.4 (mxnet 1.9.1) may use the CPU's AMX (on a CPU without it, the same as the baseline)
+    "onednn-amx": ([], {"DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX"}, ("mxnet", "mxnet-bf16")),
     # libgomp's threads pinned one per core (PyTorch and MXNet run oneDNN on OpenMP; TF does not)
     "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", "torch")),
     "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", "torch")),
@@ -43,10 +51,12 @@ def measure(plugin, levers, batch, warmup, timed, rounds):
     # the baseline names the C library's malloc: a plugin's own measured choice (auto) would hide
     # the allocator levers; a lever's own --allocator comes later on the command line and wins
     base = PLUGINS[plugin] + ["--allocator", "system"]
-    runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed)}
+    base_env = BASELINE_ENV.get(plugin, {})
+    runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed, env=base_env)}
     for lever in levers:
         args, env, _ = LEVERS[lever]
-        runners[lever] = lambda args=args, env=env: run_accelbench(base + args, batch, warmup, timed, env=env)
+        runners[lever] = lambda args=args, env=env: run_accelbench(base + args, batch, warmup, timed,
+                                                                   env={**base_env, **env})
     rate, per_round = alternate(plugin, runners, rounds)
     baseline_rounds = [r["baseline"] for r in per_round]
     results = []
@@ -75,10 +85,10 @@ def main():
         if levers:
             results += measure(plugin, levers, options.batch, options.warmup, options.timed, options.rounds)
     print(f"\n{machine_header()}\nbatch {options.batch}, {options.timed} timed steps, {options.rounds} rounds")
-    print(f"{'plugin':<8}{'lever':<17}{'baseline':>9}{'lever':>8}{'ratio':>7}  {'95% CI':<13} per round")
+    print(f"{'plugin':<11}{'lever':<17}{'baseline':>9}{'lever':>8}{'ratio':>7}  {'95% CI':<13} per round")
     for r in results:
         rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
-        print(f"{r['plugin']:<8}{r['lever']:<17}{r['baseline']:>9.2f}{r['with_lever']:>8.2f}{r['ratio']:>7.3f}  "
+        print(f"{r['plugin']:<11}{r['lever']:<17}{r['baseline']:>9.2f}{r['with_lever']:>8.2f}{r['ratio']:>7.3f}  "
               f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}  {rounds}")
 
 

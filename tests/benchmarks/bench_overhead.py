@@ -72,17 +72,18 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 
-def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None):
+def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None, env=None):
     """The bare loop, with the same malloc preloaded as ``accelbench run --allocator`` gives a
     worker; ``python``: the interpreter (a plugin's own environment for a framework the host lacks);
-    ``keep``: a folder its JSON line (with kernel time and page faults per step) is saved into."""
+    ``keep``: a folder its JSON line (with kernel time and page faults per step) is saved into;
+    ``env``: variables added to its environment."""
     from accelbench import allocators
 
     script, *rest = command
     out = subprocess.run([python, str(HERE / script), *rest, "--batch", str(batch),
                           "--warmup", str(warmup), "--timed", str(timed)],
                          check=True, capture_output=True, text=True,
-                         env={**os.environ, **allocators.worker_environment(allocator)})
+                         env={**os.environ, **allocators.worker_environment(allocator), **(env or {})})
     line = out.stdout.strip().splitlines()[-1]
     result = json.loads(line)
     if keep is not None:

@@ -17,9 +17,9 @@ decided on the same CPU in the same hour.
 - The bare hybridized Gluon model-zoo loop (`bare_mxnet.py --conv-biases`) beside `mxnet_ngc`,
   the bare PyTorch loop (`bare_torch.py`) beside `torch_ref`, and the bare JAX loop
   (`bare_jax.py`, in the plugin's own environment) beside `jax_flax`. A bare loop is ours, not a
-  program someone ships, so it gets the malloc the plugin's worker had; the shipped references
-  run as they ship (the C library's malloc), or with the plugin's (`--shipped-malloc plugin`),
-  which tells a framework's lead from its allocator's.
+  program someone ships, so it gets the malloc (and MXNet's oneDNN ceiling) the plugin's worker
+  had; the shipped references run as they ship (the C library's malloc), or with the plugin's
+  (`--shipped-malloc plugin`), which tells a framework's lead from its allocator's.
 
     python tests/benchmarks/bench_reference.py --batch-sizes 8,32 --timed 20 --rounds 4
     python tests/benchmarks/bench_reference.py --case tfcnn-v1-fp32 --case mxscript-v1-fp32
@@ -152,9 +152,10 @@ def measure(name, batch, options):
                "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed,
                                                         shipped_env()),
                "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed, shipped_env()),
-               # a bare loop is ours, not a shipped program: the plugin's interpreter and malloc
+               # a bare loop is ours, not a shipped program: the plugin's interpreter, malloc and
+               # oneDNN ceiling
                "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"],
-                                    keep=options.keep_records)}
+                                    keep=options.keep_records, env=onednn_ceiling_of(seen))}
     rate, per_round = alternate(f"{name} batch {batch}", {
         "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
         "reference": runners[kind]}, options.rounds)
@@ -213,6 +214,13 @@ def malloc_of(seen):
     """The malloc the plugin's worker had mapped (its record's ``settings.allocator``: "NAME (PATH)")."""
     name, _, path = seen["settings"]["allocator"].partition(" (")
     return path.rstrip(")") if name == "preloaded" else name
+
+
+def onednn_ceiling_of(seen):
+    """The oneDNN ISA ceiling the plugin's worker ran under, where the plugin set one (mxnet_ngc
+    allows AMX on a CPU that has it: its record's ``settings.onednn_max_cpu_isa``)."""
+    ceiling = seen["settings"].get("onednn_max_cpu_isa")
+    return {"DNNL_MAX_CPU_ISA": ceiling} if ceiling else {}
 
 
 def machine_header():

@@ -1,0 +1,72 @@
+"""MXNet 1.9.1's oneDNN (v2.4): the instruction set it may use, and the kernel it then picks,
+read back from oneDNN itself. Imported only in the worker (and in the probe process it starts).
+
+oneDNN 2.4 keeps Intel AMX out of its default ceiling: on a CPU with AMX it runs bf16 on AVX-512
+unless ``DNNL_MAX_CPU_ISA`` allows AMX, and it never asks Linux for the AMX tile state, so
+allowing AMX alone dies of SIGILL at the first tile instruction. With both done, a bf16
+ResNet-50 training step ran 2.3x as fast on a 2-core Sapphire Rapids-class Xeon (README,
+"Headroom levers"); the work is the same (bf16 products, fp32 accumulation).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from accelbench.environment import cpu_flags
+from accelbench.plugins.cpu_features import request_amx_tiles
+
+#: the name oneDNN 2.4 reads its ISA ceiling from (ONEDNN_MAX_CPU_ISA came later and is ignored)
+ISA_VARIABLE = "DNNL_MAX_CPU_ISA"
+AMX_CEILING = "AVX512_CORE_AMX"
+PROBE_TIMEOUT_S = 120
+_ISA_LINE = re.compile(r"dnnl_verbose,info,cpu,isa:(.+)")
+_CONVOLUTION_LINE = re.compile(r"dnnl_verbose,exec,cpu,convolution,([^,]+),")
+
+
+def allow_amx() -> None:
+    """Before mxnet is imported: on a CPU with AMX, get the tile state from the kernel and raise
+    oneDNN's ceiling to AMX, unless the user set a ceiling of their own (theirs stands; the tile
+    state is asked for all the same, so a ceiling of AVX512_CORE_AMX given by hand works too)."""
+    if "amx_bf16" in cpu_flags() and request_amx_tiles():
+        os.environ.setdefault(ISA_VARIABLE, AMX_CEILING)
+
+
+def ceiling() -> str | None:
+    """The ISA ceiling oneDNN was given; None: its default (AVX-512 with bf16, no AMX)."""
+    return os.environ.get(ISA_VARIABLE) or None
+
+
+def read_back(precision: str) -> dict[str, str | None]:
+    """oneDNN's instruction set and the kernel it picks for a convolution at ``precision``, from
+    its verbose log in a probe process with this process's environment.
+
+    A probe, because libmxnet.so exports none of oneDNN's own functions and oneDNN reads its
+    verbose switch once, at start: the worker cannot ask its own copy. None where oneDNN did not
+    say (a build without it).
+    """
+    out = subprocess.run([sys.executable, "-m", __name__, precision], capture_output=True, text=True,
+                         env={**os.environ, "DNNL_VERBOSE": "1"}, timeout=PROBE_TIMEOUT_S)
+    log = out.stdout + out.stderr
+    isa, convolution = _ISA_LINE.search(log), _CONVOLUTION_LINE.search(log)
+    return {"onednn_isa": isa.group(1).strip() if isa else None,
+            "onednn_convolution": convolution.group(1) if convolution else None}
+
+
+def _run_one_convolution(precision: str) -> None:
+    """The probe: one small convolution, bf16 through AMP as the training step runs it."""
+    from .training import import_mxnet
+
+    mx = import_mxnet()
+    if precision == "bf16":
+        from mxnet.contrib import amp
+
+        amp.init(target_dtype="bfloat16")
+    images, weights = mx.nd.ones((2, 32, 14, 14)), mx.nd.ones((32, 32, 3, 3))
+    mx.nd.Convolution(images, weights, kernel=(3, 3), pad=(1, 1), num_filter=32, no_bias=True).wait_to_read()
+
+
+if __name__ == "__main__":
+    _run_one_convolution(sys.argv[1])
