@@ -15,6 +15,7 @@ lever's pooled images/sec, the paired ratio lever/baseline with its 95% interval
 """
 
 import argparse
+from pathlib import Path
 
 from bench_overhead import alternate, paired, run_accelbench
 from bench_reference import machine_header
@@ -47,16 +48,16 @@ LEVERS = {
 }
 
 
-def measure(plugin, levers, batch, warmup, timed, rounds):
+def measure(plugin, levers, batch, warmup, timed, rounds, keep=None):
     # the baseline names the C library's malloc: a plugin's own measured choice (auto) would hide
     # the allocator levers; a lever's own --allocator comes later on the command line and wins
     base = PLUGINS[plugin] + ["--allocator", "system"]
     base_env = BASELINE_ENV.get(plugin, {})
-    runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed, env=base_env)}
+    runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed, env=base_env, keep=keep)}
     for lever in levers:
         args, env, _ = LEVERS[lever]
         runners[lever] = lambda args=args, env=env: run_accelbench(base + args, batch, warmup, timed,
-                                                                   env={**base_env, **env})
+                                                                   env={**base_env, **env}, keep=keep)
     rate, per_round = alternate(plugin, runners, rounds)
     baseline_rounds = [r["baseline"] for r in per_round]
     results = []
@@ -77,13 +78,16 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--timed", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help=">= 3 for an interval")
+    parser.add_argument("--keep-records", type=Path, help="a folder to keep every run's results file in (its "
+                        "per-step times, kernel CPU time and page faults: what made a slow round slow)")
     options = parser.parse_args()
     print(machine_header(), flush=True)
     results = []
     for plugin in options.plugin or PLUGINS:
         levers = [lever for lever in options.lever or LEVERS if plugin in LEVERS[lever][2]]
         if levers:
-            results += measure(plugin, levers, options.batch, options.warmup, options.timed, options.rounds)
+            results += measure(plugin, levers, options.batch, options.warmup, options.timed, options.rounds,
+                               options.keep_records)
     print(f"\n{machine_header()}\nbatch {options.batch}, {options.timed} timed steps, {options.rounds} rounds")
     print(f"{'plugin':<11}{'lever':<17}{'baseline':>9}{'lever':>8}{'ratio':>7}  {'95% CI':<13} per round")
     for r in results:
