@@ -23,9 +23,12 @@ CONV_BIASES = r".*conv\d+_bias"  # parameter names of the model zoo's convolutio
 def import_mxnet():
     """Import mxnet after restoring numpy's removed aliases (only those missing), with oneDNN
     allowed the CPU's AMX (``onednn.allow_amx``: it must precede the import)."""
+    import sys
+
     import numpy
 
-    onednn.allow_amx()
+    if "mxnet" not in sys.modules:  # check, prepare and the dataset code each call this; once is enough
+        onednn.allow_amx()
 
     for name, value in REMOVED_NUMPY_ALIASES.items():
         if not hasattr(numpy, name):
