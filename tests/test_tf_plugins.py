@@ -91,6 +91,21 @@ def test_v15_moves_the_stride_into_the_3x3_and_no_conv_has_a_bias():
     assert out.stdout.split("\n")[-2] == "(1, 1) (2, 2) (2, 2) (None, 1000) 53 0 25557032"
 
 
+def test_the_stem_pools_with_same_padding_as_the_tensorflow_references():
+    # tf_cnn_benchmarks, the official TPU model and the Model Garden: max_pool(3, 2, "SAME") on the
+    # stem's ReLU, no padded copy of it (Keras' ResNet50 has a ZeroPadding2D + "valid" there)
+    code = ("import numpy as np, tensorflow as tf, tf_keras as k\n"
+            "from accelbench.plugins.tf_common import resnet50\n"
+            "m = resnet50(k, 'v1', (64, 64, 3), 10)\n"
+            "pads = [l.name for l in m.layers if type(l).__name__ == 'ZeroPadding2D']\n"
+            "relu, pool = m.get_layer('conv1_relu'), m.get_layer('pool1_pool')\n"
+            "r, p = k.Model(m.input, [relu.output, pool.output])(\n"
+            "    np.random.default_rng(0).normal(size=(2, 64, 64, 3)).astype('float32'), training=False)\n"
+            "print(pads, pool.padding, tuple(p.shape), float(tf.reduce_max(tf.abs(p - tf.nn.max_pool2d(r, 3, 2, 'SAME')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == "['conv1_pad'] same (2, 16, 16, 64) 0.0"
+
+
 def test_tpu_official_bf16_v15_with_fp32_variables():
     record = run_backend("tpu_official", options={"steps_per_loop": 2}, timed_steps=4, warmup_steps=2)
     assert record["status"] == "ok", record["reason"]

@@ -4,6 +4,14 @@ framework, so PyTorch's step can be laid beside MXNet's op by op.
 
     LD_PRELOAD=libtcmalloc_minimal.so.4 python tests/benchmarks/profile_ops.py --plugin torch_ref
     LD_PRELOAD=libjemalloc.so.2 python tests/benchmarks/profile_ops.py --plugin mxnet_ngc --variant v1.5
+    python tests/benchmarks/profile_ops.py --plugin tf_benchmarks --variant v1 --batch 32 --steps 3
+    python tests/benchmarks/profile_ops.py --reference tf_cnn_benchmarks --variant v1 --batch 32 --steps 3
+
+TensorFlow's ops are read from its profiler's trace (XSpace), over the timed steps only; the
+reference tf_cnn_benchmarks runs from ``../shared/references`` (its README's command) in this
+process under the same profiler, its last ``--steps`` session runs taken. TensorFlow runs two
+inter-op threads on two cores, so its operators overlap and their times add up to more than the
+step: compare categories between runs, not with the step's wall time.
 
 (The step runs in this process, so the plugin's measured allocator is preloaded by hand, as its
 workers get it. MXNet runs with bulk execution off here -- MXNET_EXEC_BULK_EXEC_TRAIN=0, set by
@@ -25,20 +33,29 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-# category: operator names (regular expressions, matched in order) of PyTorch's aten ops and
-# MXNet's operators
+from bench_reference import REFERENCES
+
+# category: operator names (regular expressions, matched in order) of PyTorch's aten ops, MXNet's
+# operators and TensorFlow's op types
 CATEGORIES = [
-    ("convolution backward", r"convolution_backward|_backward_Convolution|mkldnn_convolution_backward"),
-    ("convolution forward", r"^aten::(mkldnn_)?convolution$|^aten::_convolution$|^Convolution$|mkldnn_convolution"),
-    ("batch norm backward", r"batch_norm_backward|_backward_BatchNorm"),
-    ("batch norm forward", r"batch_norm|^BatchNorm$"),
-    ("activation (ReLU)", r"relu|threshold_backward|Activation"),
-    ("residual add", r"^aten::add$|elemwise_add|_backward_add|broadcast_add"),
-    ("pooling", r"pool|Pooling"),
-    ("linear + loss", r"addmm|^aten::mm$|linear|FullyConnected|softmax|cross_entropy|nll_loss|log_softmax|pick"),
-    ("optimizer update", r"sgd|^aten::(add_|mul_|_foreach.*|lerp_)$|Optimizer"),
-    ("zero grads / copies", r"zero_|fill_|copy_|_copyto|empty|to_dense|reorder|clone"),
+    ("convolution backward", r"convolution_backward|_backward_Convolution|mkldnn_convolution_backward|"
+                             r"Conv2DBackprop"),
+    ("convolution forward", r"^aten::(mkldnn_)?convolution$|^aten::_convolution$|^Convolution$|mkldnn_convolution|"
+                            r"Conv2D$"),
+    ("batch norm backward", r"batch_norm_backward|_backward_BatchNorm|FusedBatchNormGrad"),
+    ("batch norm forward", r"batch_norm|^BatchNorm$|FusedBatchNorm"),
+    ("activation (ReLU)", r"relu|threshold_backward|Activation|^Relu"),
+    ("residual add", r"^aten::add$|elemwise_add|_backward_add|broadcast_add|^AddV2$"),
+    ("gradient sums", r"^AddN$"),
+    ("pooling", r"pool|Pooling|MaxPool"),
+    ("linear + loss", r"addmm|^aten::mm$|linear|FullyConnected|softmax|cross_entropy|nll_loss|log_softmax|pick|"
+                      r"MatMul|Softmax|BiasAdd"),
+    ("optimizer update", r"sgd|^aten::(add_|mul_|_foreach.*|lerp_)$|Optimizer|Momentum"),
+    ("weight decay", r"^L2Loss$|^Mul$"),
+    ("zero grads / copies", r"zero_|fill_|copy_|_copyto|empty|to_dense|reorder|clone|^Pad$|^Slice$"),
 ]
+#: TensorFlow trace events that are not operators (the executor, regions, variable plumbing)
+TF_NOT_OPS = re.compile(r"^(StartRegion|StopRegion|Record|ReadVariableOp|VariableV2|_Arg|_Retval|NoOp|Identity)$")
 
 
 def category(name: str) -> str:
@@ -105,31 +122,105 @@ def mxnet_ops(backend, steps: int) -> dict[str, float]:
     return ops
 
 
+def tf_trace(run_steps, steps: int) -> dict[str, float]:
+    """Total time per TensorFlow op type over the last ``steps`` step-sized calls (a tf.function's
+    run or a session run) that ``run_steps()`` makes under TensorFlow's profiler, in ms."""
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        try:
+            run_steps()
+        finally:
+            tf.profiler.experimental.stop()
+        [trace] = Path(logdir).rglob("*.xplane.pb")
+        return tf_op_times(trace.read_bytes(), steps)
+
+
+def tf_op_times(trace: bytes, steps: int) -> dict[str, float]:
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(trace)
+    [host] = [plane for plane in space.planes if plane.name == "/host:CPU"]
+    names = host.event_metadata
+    events = [(line.name, names[e.metadata_id].name, line.timestamp_ns * 1000 + e.offset_ps, e.duration_ps)
+              for line in host.lines for e in line.events]
+    # the steps: a tf.function's whole run (KernelAndDeviceFunc::Run) or a session's, 0.5 s or more
+    windows = sorted((start, start + length) for _, name, start, length in events
+                     if name in ("KernelAndDeviceFunc::Run", "SessionRun") and length > 5e11)[-steps:]
+    ops = defaultdict(float)
+    for thread, name, start, length in events:
+        op_type = name.rpartition(":")[2]
+        if not thread.startswith("tf_Compute") or ":" not in name or name.startswith("ExecutorState"):
+            continue
+        if TF_NOT_OPS.match(op_type) or not any(a <= start < b for a, b in windows):
+            continue
+        ops[op_type.removeprefix("_MklNative").removeprefix("_Mkl")] += length / 1e9
+    return ops
+
+
+def tf_cnn_benchmarks_ops(references: Path, variant: str, batch: int, warmup: int, steps: int) -> dict[str, float]:
+    """tf_cnn_benchmarks' own step (its README's command, run in this process) under the profiler."""
+    import runpy
+    import sys
+
+    script = references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    sys.path.insert(0, str(script.parent))
+    sys.argv = [str(script), "--device=cpu", "--data_format=NHWC",
+                f"--model={'resnet50' if variant == 'v1' else 'resnet50_v1.5'}", f"--batch_size={batch}",
+                f"--num_batches={steps}", f"--num_warmup_batches={warmup}", "--optimizer=momentum",
+                "--variable_update=parameter_server", "--local_parameter_device=cpu"]
+
+    def run_steps():
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        except SystemExit:  # absl's app.run exits when it is done
+            pass
+
+    return tf_trace(run_steps, steps)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--plugin", required=True, choices=["torch_ref", "mxnet_ngc"])
-    parser.add_argument("--variant", default=None, help="default: the plugin's first")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--plugin", choices=["torch_ref", "mxnet_ngc", "tf_benchmarks"])
+    which.add_argument("--reference", choices=["tf_cnn_benchmarks"], help="a reference's own step instead")
+    parser.add_argument("--variant", default=None, help="default: the plugin's first (the reference: v1)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="profiled steps (and as many unprofiled)")
+    parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
     args = parser.parse_args()
+    if args.reference:
+        ops = tf_cnn_benchmarks_ops(args.references, args.variant or "v1", args.batch, args.warmup, args.steps)
+        print_categories(f"{args.reference} {args.variant or 'v1'}, batch {args.batch}, fp32:", ops, args.steps)
+        return
     if args.plugin == "mxnet_ngc":  # before MXNet is imported (in prepare)
         os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
     backend = prepare(args.plugin, args.variant, args.batch)
     for _ in range(args.warmup):
         backend.step()
     rate, cpu = unprofiled(backend, args.batch, args.steps)
-    ops = (torch_ops if args.plugin == "torch_ref" else mxnet_ops)(backend, args.steps)
+    if args.plugin == "tf_benchmarks":
+        ops = tf_trace(lambda: [backend.step() for _ in range(args.steps)], args.steps)
+    else:
+        ops = (torch_ops if args.plugin == "torch_ref" else mxnet_ops)(backend, args.steps)
+    print_categories(f"{args.plugin}, batch {args.batch}, fp32: {rate:.2f} img/s unprofiled "
+                     f"({1000 * args.batch / rate:.0f} ms/step); per step CPU user {cpu['user_s'] * 1000:.0f} ms, "
+                     f"system {cpu['system_s'] * 1000:.0f} ms, {cpu['minor_faults']:.0f} minor page faults;",
+                     ops, args.steps)
+
+
+def print_categories(title: str, ops: dict[str, float], steps: int) -> None:
     by_category, top = defaultdict(float), defaultdict(list)
     for name, ms in ops.items():
         label = category(name)
-        by_category[label] += ms / args.steps
-        top[label].append((ms / args.steps, name))
+        by_category[label] += ms / steps
+        top[label].append((ms / steps, name))
     total = sum(by_category.values())
-    print(f"{args.plugin}, batch {args.batch}, fp32: {rate:.2f} img/s unprofiled "
-          f"({1000 * args.batch / rate:.0f} ms/step); per step CPU user {cpu['user_s'] * 1000:.0f} ms, "
-          f"system {cpu['system_s'] * 1000:.0f} ms, {cpu['minor_faults']:.0f} minor page faults; "
-          f"profiled operators {total:.0f} ms/step")
+    print(f"{title} profiled operators {total:.0f} ms/step")
     print(f"{'category':<24}{'ms/step':>9}{'share':>7}   top operators (ms/step)")
     for label, ms in sorted(by_category.items(), key=lambda item: -item[1]):
         names = ", ".join(f"{n} {t:.0f}" for t, n in sorted(top[label], reverse=True)[:3])
