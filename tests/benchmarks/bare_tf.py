@@ -1,8 +1,9 @@
 """A bare, hand-written TensorFlow training loop: the reference the harness is measured against.
 
 Deliberately independent of accelbench's code: same model (tf-keras ResNet-50 without convolution
-biases; `--conv-biases` keeps the model zoo's), optimizer, loss, batch and precision, timed the
-same way (warm-up excluded, sync every step, images / wall time). Prints one JSON line.
+biases, its stem pooled with "SAME" padding; `--conv-biases` keeps the model zoo's biases),
+optimizer, loss, batch and precision, timed the same way (warm-up excluded, sync every step,
+images / wall time). Prints one JSON line.
 """
 
 import argparse
@@ -42,6 +43,11 @@ for layer in cfg["layers"]:
                 c["strides"] = (1, 1)
             if c["name"] == f"{stage}_block1_2_conv":
                 c["strides"] = (2, 2)
+# the stem's max pooling as tf_cnn_benchmarks writes it ("SAME"), not Keras' ZeroPadding2D + "valid"
+pad = next(layer for layer in cfg["layers"] if layer["config"]["name"] == "pool1_pad")
+pool = next(layer for layer in cfg["layers"] if layer["config"]["name"] == "pool1_pool")
+pool["inbound_nodes"], pool["config"]["padding"] = pad["inbound_nodes"], "same"
+cfg["layers"].remove(pad)
 model = keras.Model.from_config(cfg)
 opt = keras.optimizers.legacy.SGD(0.1 * args.batch / 256, momentum=0.9, nesterov=True)
 kernels = [v for v in model.trainable_variables if "kernel" in v.name]
