@@ -86,9 +86,8 @@ def test_v15_moves_the_stride_into_the_3x3_and_no_conv_has_a_bias():
             "convs = [l for l in m.layers if type(l).__name__ == 'Conv2D']\n"
             "print(s['conv3_block1_1_conv'], s['conv3_block1_2_conv'], s['conv3_block1_0_conv'], m.output_shape,\n"
             "      len(convs), sum(l.use_bias for l in convs), sum(v.shape.num_elements() for v in m.trainable_weights))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # 53 convolutions, none with a bias: the 25,557,032 trained parameters of the reference ResNet-50
-    assert out.stdout.split("\n")[-2] == "(1, 1) (2, 2) (2, 2) (None, 1000) 53 0 25557032"
+    assert last_line_printed(code) == "(1, 1) (2, 2) (2, 2) (None, 1000) 53 0 25557032"
 
 
 def test_the_stem_pools_with_same_padding_as_the_tensorflow_references():
@@ -102,8 +101,13 @@ def test_the_stem_pools_with_same_padding_as_the_tensorflow_references():
             "r, p = k.Model(m.input, [relu.output, pool.output])(\n"
             "    np.random.default_rng(0).normal(size=(2, 64, 64, 3)).astype('float32'), training=False)\n"
             "print(pads, pool.padding, tuple(p.shape), float(tf.reduce_max(tf.abs(p - tf.nn.max_pool2d(r, 3, 2, 'SAME')))))")
+    assert last_line_printed(code) == "['conv1_pad'] same (2, 16, 16, 64) 0.0"
+
+
+def last_line_printed(code: str) -> str:
+    """The last line ``code`` prints, run in a fresh Python (this process imports no framework)."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[-2] == "['conv1_pad'] same (2, 16, 16, 64) 0.0"
+    return out.stdout.splitlines()[-1]
 
 
 def test_tpu_official_bf16_v15_with_fp32_variables():
