@@ -82,13 +82,19 @@ WHAT = {"tf_cnn": "tf_cnn_benchmarks", "mxnet_script": "MXNet train_imagenet.py"
         "bare": "bare loop"}
 
 
+def tf_cnn_command(references, args, batch, warmup, timed):
+    """tf_cnn_benchmarks' script and arguments as its README in ../shared/references runs it (with
+    TF_USE_LEGACY_KERAS=1 in its environment)."""
+    return [str(references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"), "--device=cpu",
+            "--data_format=NHWC", f"--batch_size={batch}", f"--num_batches={timed}", f"--num_warmup_batches={warmup}",
+            "--optimizer=momentum", "--variable_update=parameter_server", "--local_parameter_device=cpu", *args]
+
+
 def run_tf_cnn(references, args, batch, warmup, timed, env=None):
-    """tf_cnn_benchmarks as its README in ../shared/references runs it; (images, seconds) of its
-    timed steps from its own images/sec."""
+    """tf_cnn_benchmarks as its README runs it; (images, seconds) of its timed steps from its own
+    images/sec."""
     out = subprocess.run(
-        [sys.executable, str(references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"), "--device=cpu",
-         "--data_format=NHWC", f"--batch_size={batch}", f"--num_batches={timed}", f"--num_warmup_batches={warmup}",
-         "--optimizer=momentum", "--variable_update=parameter_server", "--local_parameter_device=cpu", *args],
+        [sys.executable, *tf_cnn_command(references, args, batch, warmup, timed)],
         capture_output=True, text=True, env=dict(os.environ, TF_USE_LEGACY_KERAS="1", **(env or {})))
     found = TF_CNN_RATE.findall(out.stdout)
     if out.returncode or not found:

@@ -33,7 +33,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench_reference import REFERENCES
+from bench_reference import REFERENCES, tf_cnn_command
 
 # category: operator names (regular expressions, matched in order) of PyTorch's aten ops, MXNet's
 # operators and TensorFlow's op types
@@ -165,17 +165,14 @@ def tf_cnn_benchmarks_ops(references: Path, variant: str, batch: int, warmup: in
     import runpy
     import sys
 
-    script = references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"
+    model = "resnet50" if variant == "v1" else "resnet50_v1.5"
+    sys.argv = tf_cnn_command(references, [f"--model={model}"], batch, warmup, steps)
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    sys.path.insert(0, str(script.parent))
-    sys.argv = [str(script), "--device=cpu", "--data_format=NHWC",
-                f"--model={'resnet50' if variant == 'v1' else 'resnet50_v1.5'}", f"--batch_size={batch}",
-                f"--num_batches={steps}", f"--num_warmup_batches={warmup}", "--optimizer=momentum",
-                "--variable_update=parameter_server", "--local_parameter_device=cpu"]
+    sys.path.insert(0, str(Path(sys.argv[0]).parent))
 
     def run_steps():
         try:
-            runpy.run_path(str(script), run_name="__main__")
+            runpy.run_path(sys.argv[0], run_name="__main__")
         except SystemExit:  # absl's app.run exits when it is done
             pass
 
