@@ -310,7 +310,10 @@ def _machine(r: dict[str, Any]) -> str:
     units = [f for f in env.get("cpu_flags", []) if f.startswith(("avx512_bf16", "avx512_fp16", "amx", "avx512f"))]
     accelerators = ", ".join(a["name"] for a in env["accelerators"]) or "no accelerator"
     framework = f"{r['framework']['name']} {r['framework']['version']}".strip()
-    return f"{env['cpu_model']} ({', '.join(units) or 'no AVX-512'}), {env['cpu_cores']} cores; {accelerators}; {framework}"
+    # a first touch of memory costs a host fault there: what makes one step slow with page faults
+    memory = "; a VM that returns free memory to its host" if env.get("memory_returned_to_host") else ""
+    return (f"{env['cpu_model']} ({', '.join(units) or 'no AVX-512'}), {env['cpu_cores']} cores{memory}; "
+            f"{accelerators}; {framework}")
 
 
 def _run_row(r: dict[str, Any], epochs: int) -> str:

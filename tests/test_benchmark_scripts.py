@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+import bench_first_touch  # noqa: E402
 import bench_overhead  # noqa: E402
 import bench_reference  # noqa: E402
 
@@ -103,3 +104,12 @@ def test_kept_records_are_the_runs_own(testplugins_path, tmp_path, monkeypatch):
     [record] = json.loads(kept.read_text())["records"]
     assert record["throughput"]["images"] == images == 12 and record["throughput"]["wall_time_s"] == seconds
     assert record["settings"] == seen["settings"]
+
+
+def test_first_touch_maps_each_page_once_and_times_every_chunk():
+    size, chunk = 64 * 2**20, 16 * 2**20
+    per_page_us, faults = bench_first_touch.touch_pass(size, chunk)
+    assert len(per_page_us) == 4 and all(us > 0 for us in per_page_us)
+    pages = size // bench_first_touch.PAGE
+    # one minor fault per 4 KiB page (fewer where the kernel backs the mapping with huge pages)
+    assert pages // 512 <= faults <= pages + 1000

@@ -93,6 +93,8 @@ def good_record(accelbench_cli, tmp_path):
     (lambda r: r.update(status="failed", reason="x"), "$.throughput: "),
     (lambda r: r["batch"].update(per_device=0), "$.batch.per_device: 0 is less than the minimum of 1"),
     (lambda r: r.pop("environment"), "'environment' is a required property"),
+    (lambda r: r["environment"].update(memory_returned_to_host="yes"),
+     "$.environment.memory_returned_to_host: 'yes' is not of type 'boolean'"),
 ])
 def test_hand_made_bad_records_are_rejected_naming_the_field(good_record, accelbench_cli, tmp_path, change, message):
     document = copy.deepcopy(good_record)
@@ -222,3 +224,35 @@ def test_built_in_environments_are_the_distributions_extras_and_the_host_may_sat
     [setup] = envs.setups(infos["jax_flax"].environment, "jax_flax", {}, [])
     assert setup.kind == "environment"
     assert envs.setups(infos["jax_flax"].environment, "jax_flax", {"jax_flax": "/usr/bin/python3"}, [])[0].kind == "user"
+
+
+def _virtio_device(root, name, device_id, features):
+    device = root / name
+    device.mkdir(parents=True)
+    (device / "device").write_text(f"0x{device_id:04x}\n")
+    (device / "features").write_text(features + "\n")
+
+
+@pytest.mark.parametrize("devices, expected", [
+    # a network device (id 1) and a balloon (id 5) with bit 5, free page reporting: the host takes pages back
+    ([("virtio0", 0x0001, "110001011011101100000000"), ("virtio1", 0x0005, "011001010000000000000000")], True),
+    ([("virtio0", 0x0005, "011000000000000000000000")], False),  # a balloon without reporting
+    ([("virtio0", 0x0001, "111111000000000000000000")], False),  # bit 5 of another device means nothing
+    ([], False),
+])
+def test_free_page_reporting_is_read_from_the_balloons_negotiated_features(tmp_path, devices, expected):
+    from accelbench.environment import memory_returned_to_host
+
+    root = tmp_path / "virtio" / "devices"
+    root.mkdir(parents=True)
+    for name, device_id, features in devices:
+        _virtio_device(root, name, device_id, features)
+    assert memory_returned_to_host.__wrapped__(str(root)) is expected
+    assert memory_returned_to_host.__wrapped__(str(tmp_path / "no-sysfs" / "devices")) is None
+
+
+def test_a_record_says_whether_this_machine_hands_memory_back_to_its_host(good_record):
+    from accelbench.environment import memory_returned_to_host
+
+    environment = good_record["records"][0]["environment"]
+    assert environment.get("memory_returned_to_host") is memory_returned_to_host()

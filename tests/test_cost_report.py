@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from accelbench import cost, validation
+from accelbench import cost, environment, validation
 from accelbench.errors import UsageError
 from conftest import load_records
 
@@ -141,6 +141,7 @@ def test_report_shows_the_comparison_and_groups_workloads(accelbench_cli, tmp_pa
     assert "<h2>resnet50 v1, 32px, synthetic data</h2>" in page
     assert 'class="warn"' in page and "coefficient of variation" in page  # the noisy run is marked
     assert "AMD" in page or "Intel" in page or "cores;" in page  # the machine of every run
+    assert ("a VM that returns free memory to its host" in page) == bool(environment.memory_returned_to_host())
 
 
 def test_figure_titles_fit_their_figures():

@@ -234,7 +234,12 @@ def machine_header():
 
     env = environment.collect()
     return (f"machine: {env['cpu_model']}, {env['cpu_cores']} cores, {env['memory_bytes'] / 2**30:.0f} GiB; "
-            f"flags: {' '.join(env['cpu_flags'])}")
+            f"flags: {' '.join(env['cpu_flags'])}{MEMORY_RETURNED_NOTE if env.get('memory_returned_to_host') else ''}")
+
+
+#: why a run on such a VM can take one slow step full of page faults (README, "Reference benchmark")
+MEMORY_RETURNED_NOTE = ("; free memory goes back to the host (virtio balloon page reporting): a page "
+                        "touched first after that costs a host fault too")
 
 
 def main():
