@@ -1,5 +1,6 @@
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -107,6 +108,12 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _interrupt_as_from_a_terminal() -> None:
+    # a shell starts a background job (a CI script's `pytest &`) with SIGINT ignored, which its
+    # children inherit: the host would never see the Ctrl-C these tests send
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_with_a_hang(testplugins_path, tmp_path) -> tuple[subprocess.Popen, Path, set[int]]:
     out = tmp_path / "r.json"
     (tmp_path / "tmp").mkdir()  # the workers' logs go to the host's temp folder
@@ -114,7 +121,8 @@ def start_with_a_hang(testplugins_path, tmp_path) -> tuple[subprocess.Popen, Pat
     host = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--backend", "sleepy:fixed-time",
                              "--backend", "misbehaving:hangs", "--warmup-steps", "1", "--timed-steps", "3",
                              "--timeout", "120", "-o", str(out)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interrupt_as_from_a_terminal)
     deadline, workers = time.monotonic() + 60, set()
     while time.monotonic() < deadline and not (out.exists() and workers):
         workers = worker_pids(host.pid) if out.exists() else set()
