@@ -132,6 +132,10 @@ class BackendInfo:
     #: (``tests/benchmarks/bench_levers.py``): a name of ``accelbench.allocators.KNOWN``, preloaded
     #: when the run leaves ``--allocator`` at ``auto`` and it is installed; None: the system's
     allocator: str | None = None
+    #: whether this backend's workers ran faster with their allocator's memory in transparent huge
+    #: pages, as measured side by side (``bench_levers.py``'s thp lever): on when the run leaves
+    #: ``--huge-pages`` at ``auto`` and this machine's kernel and allocator can give them
+    huge_pages: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -171,6 +175,8 @@ class BackendInfo:
 
         if self.allocator is not None and self.allocator not in KNOWN:
             found.append(f"allocator must be None or one of {', '.join(KNOWN)}, not {self.allocator!r}")
+        if not isinstance(self.huge_pages, bool):
+            found.append(f"huge_pages must be True or False, not {self.huge_pages!r}")
         return found
 
     def default_variant(self, model: str) -> str | None:

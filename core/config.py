@@ -90,6 +90,11 @@ class RunConfig:
         "Memory allocator preloaded into each worker: system (the C library's malloc), jemalloc, "
         "tcmalloc, a shared library's absolute path, or auto (default: the one the plugin measured "
         "fastest, when installed, else system)."))
+    #: "auto" until planning resolves it per backend (``accelbench.allocators.resolve_huge_pages``)
+    huge_pages: str = field(default="auto", metadata=flag(
+        "Transparent huge pages for the memory each worker's allocator maps: on, off, or auto (default: on "
+        "where the plugin measured them faster and this machine's kernel and allocator can give them).",
+        choices=allocators.HUGE_PAGE_CHOICES))
     memory_limit_mb: int | None = field(default=None, metadata=flag(
         "Resident-memory limit for each worker process and its children, watched by the host "
         "(train mode: 3/4 of this machine's memory unless given).", "int"))
@@ -193,13 +198,15 @@ def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int
     """
     global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
     model = config.model or info.models[0]
+    allocator = allocators.resolve(config.allocator, info.allocator)
     return config.replace(
         # train mode times epochs, not a warm-up and a timed phase: it claims neither
         **(timed_phase(config) if config.mode == "throughput" else {}),
         model=model,
         # a model the backend declares no variants of has none
         variant=config.variant or info.default_variant(model),
-        allocator=allocators.resolve(config.allocator, info.allocator),
+        allocator=allocator,
+        huge_pages=allocators.resolve_huge_pages(config.huge_pages, info.huge_pages, allocator),
         precision=config.precision or info.precisions[0],
         device=device,
         device_count=device_count,

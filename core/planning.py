@@ -41,6 +41,7 @@ def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | No
     _refuse_unoffered(refs, config)
     _refuse_unknown_plugins(refs, pythons or {})
     allocators.library(config.allocator)  # one that cannot be had here is refused now, not per worker
+    _refuse_unavailable_huge_pages(refs, config)
     counts = environment.device_counts()
     dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
     plans = []
@@ -102,6 +103,16 @@ def _refuse_unoffered(refs: list[BackendRef], config: RunConfig) -> None:
         offered = "; ".join(f"{r.id}: {', '.join(offers(r.backend.describe(), config.model)[what]) or 'none'}"
                             for r, _ in misses)
         raise UsageError(f"{what} {value!r}: no selected backend offers it ({what}s offered: {offered})")
+
+
+def _refuse_unavailable_huge_pages(refs: list[BackendRef], config: RunConfig) -> None:
+    """``--huge-pages on`` where a selected backend's allocator or this kernel cannot give them."""
+    if config.huge_pages != allocators.ON:
+        return
+    for ref in refs:
+        problem = allocators.huge_pages_problem(allocators.resolve(config.allocator, ref.backend.describe().allocator))
+        if problem:
+            raise UsageError(f"{problem} ({ref.id})")
 
 
 def _refuse_unknown_options(refs: list[BackendRef], config: RunConfig) -> None:

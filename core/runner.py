@@ -83,7 +83,7 @@ class Worker:
             self.process = subprocess.Popen(
                 [*(launcher or []), python or sys.executable, "-m", "accelbench.worker", str(child.fileno())],
                 pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**os.environ, **allocators.worker_environment(config.allocator), **(env or {})})
+                env={**os.environ, **allocators.worker_environment(config.allocator, config.huge_pages), **(env or {})})
         child.close()
         # so the worker imports plugins exactly as the host did; another Python keeps its own
         # packages and gets only the host's extra paths (plugins on PYTHONPATH)

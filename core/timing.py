@@ -62,11 +62,14 @@ class TimingPlan:
 class ProcessUsage:
     """CPU seconds of every thread of the process, in user and kernel mode, and minor page faults
     (pages the kernel had to map: memory an allocator gave back and takes again is zeroed anew):
-    where a step's time goes besides the framework's own kernels."""
+    where a step's time goes besides the framework's own kernels. Beside them, how much of the
+    process's memory was in transparent huge pages at the end (a level, not a count)."""
 
     cpu_user_s: float
     cpu_system_s: float
     minor_page_faults: int
+    #: left out of the record while None (``records.to_json``): the kernel did not say
+    anon_huge_pages_bytes: int | None = field(default=None, metadata={"omit_if_none": True})
 
     @classmethod
     def now(cls) -> ProcessUsage | None:
@@ -74,8 +77,10 @@ class ProcessUsage:
             import resource
         except ImportError:  # Windows
             return None
+        from .allocators import huge_page_bytes
+
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt)
+        return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt, huge_page_bytes())
 
     @classmethod
     def since(cls, before: ProcessUsage | None) -> ProcessUsage | None:
@@ -83,7 +88,7 @@ class ProcessUsage:
         if before is None or after is None:
             return None
         return cls(after.cpu_user_s - before.cpu_user_s, after.cpu_system_s - before.cpu_system_s,
-                   after.minor_page_faults - before.minor_page_faults)
+                   after.minor_page_faults - before.minor_page_faults, after.anon_huge_pages_bytes)
 
 
 @dataclass

@@ -93,6 +93,7 @@ class _Session:
             # evidence that each framework lives only in its own worker
             prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
             prepared.settings["allocator"] = allocators.loaded()  # what is mapped, not what was asked
+            prepared.settings["huge_pages"] = allocators.huge_pages_setting(self.config.allocator)
             missing = allocators.missing_preference(self.backend.describe().allocator)
             if missing:
                 prepared.warnings.append(missing)

@@ -65,6 +65,20 @@ def run_backend(plugin: str, **config) -> dict:
     return record
 
 
+def assert_measured_huge_pages(record: dict, measured: bool) -> None:
+    """A plugin that measured its allocator faster in transparent huge pages
+    (``BackendInfo.huge_pages``) runs with them where this machine can give them, and its worker's
+    memory is in them; any other runs without."""
+    from accelbench import allocators
+
+    expected = "on" if measured and allocators.huge_pages_problem(record["config"]["allocator"]) is None else "off"
+    assert record["config"]["huge_pages"] == expected, record["config"]
+    assert record["settings"]["huge_pages"].startswith(f"{expected} ("), record["settings"]["huge_pages"]
+    in_huge_pages = record["trials"][0]["process"]["anon_huge_pages_bytes"]
+    if allocators.thp_mode() == "madvise":  # only memory marked for them gets them
+        assert (in_huge_pages > 0) == (expected == "on"), in_huge_pages
+
+
 def assert_measured_allocator(record: dict, name: str) -> None:
     """A plugin's measured allocator (``BackendInfo.allocator``) ran when this machine has it;
     otherwise the system's malloc ran and the record warns that it is missing."""

@@ -76,3 +76,116 @@ def test_auto_is_the_backends_measured_choice_only_where_it_is_installed(monkeyp
     for name, (library, _) in allocators.KNOWN.items():
         if ctypes.util.find_library(library):
             assert allocators.resolve("auto", name) == name and allocators.missing_preference(name) is None
+
+
+# --huge-pages: the allocator asked to map its memory in transparent huge pages
+
+
+@pytest.mark.parametrize("allocator, mode, glibc, problem", [
+    ("system", "madvise", "glibc 2.36", None),
+    ("jemalloc", "madvise", "glibc 2.36", None),
+    ("system", "always", "glibc 2.35", None),
+    ("system", "never", "glibc 2.36", "this kernel gives no transparent huge pages"),
+    ("system", None, "glibc 2.36", "transparent_hugepage/enabled: absent"),
+    ("system", "madvise", "glibc 2.31", "the C library here (glibc 2.31) has no glibc.malloc.hugetlb tunable"),
+    ("system", "madvise", "", "the C library here (not glibc) has no glibc.malloc.hugetlb"),
+    ("tcmalloc", "madvise", "glibc 2.36", "the allocator 'tcmalloc' has no setting accelbench knows"),
+    ("/opt/libmymalloc.so", "madvise", "glibc 2.36", "the allocator '/opt/libmymalloc.so' has no setting"),
+])
+def test_huge_pages_are_refused_where_kernel_or_allocator_cannot_give_them(allocator, mode, glibc, problem):
+    found = allocators.huge_pages_problem_with(allocator, mode, glibc)
+    if problem is None:
+        assert found is None
+    else:
+        assert found.startswith("--huge-pages on: ") and problem in found, found
+
+
+def test_the_kernels_thp_mode_is_the_bracketed_word(tmp_path):
+    enabled = tmp_path / "enabled"
+    enabled.write_text("always [madvise] never\n")
+    assert allocators.thp_mode(str(enabled)) == "madvise"
+    enabled.write_text("[always] madvise never\n")
+    assert allocators.thp_mode(str(enabled)) == "always"
+    assert allocators.thp_mode(str(tmp_path / "absent")) is None
+
+
+def test_auto_huge_pages_follow_the_backends_measurement_where_they_can_be_had(monkeypatch):
+    monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
+    monkeypatch.setattr(allocators, "_glibc", lambda: "glibc 2.36")
+    assert allocators.resolve_huge_pages("auto", True, "system") == "on"
+    assert allocators.resolve_huge_pages("auto", True, "tcmalloc") == "off"  # no setting for it: off, silently
+    assert allocators.resolve_huge_pages("auto", False, "system") == "off"
+    assert allocators.resolve_huge_pages("off", True, "system") == "off"  # the user's choice stands
+    assert allocators.resolve_huge_pages("on", False, "system") == "on"
+    monkeypatch.setattr(allocators, "thp_mode", lambda: "never")
+    assert allocators.resolve_huge_pages("auto", True, "system") == "off"
+
+
+def test_the_tunable_joins_the_users_own(monkeypatch):
+    monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
+    monkeypatch.setattr(allocators, "_glibc", lambda: "glibc 2.36")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert allocators.worker_environment("system", "on") == {
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
+    assert allocators.worker_environment("system", "off") == {}
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert allocators.worker_environment("system", "on") == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    if allocators.installed("jemalloc"):
+        monkeypatch.setenv("MALLOC_CONF", "narenas:2")
+        env = allocators.worker_environment("jemalloc", "on")
+        assert env["MALLOC_CONF"] == "narenas:2,thp:always" and "libjemalloc" in env["LD_PRELOAD"]
+
+
+def test_the_record_reads_huge_pages_from_the_workers_environment(monkeypatch):
+    monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
+    on = allocators.huge_pages_setting("system", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"})
+    assert on == "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1; the kernel's THP mode: madvise)"
+    assert allocators.huge_pages_setting("system", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}).startswith("off (")
+    assert allocators.huge_pages_setting("tcmalloc", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}).startswith("off (")
+    assert allocators.huge_pages_setting("jemalloc", {"MALLOC_CONF": "narenas:2,thp:always"}).startswith("on (")
+    monkeypatch.setattr(allocators, "thp_mode", lambda: "always")
+    assert "THP mode: always, which backs any large enough mapping" in allocators.huge_pages_setting("system", {})
+
+
+def test_huge_page_bytes_are_read_off_smaps_rollup(tmp_path):
+    smaps = tmp_path / "smaps_rollup"
+    smaps.write_text("Rss:              981812 kB\nAnonHugePages:    425984 kB\n")
+    assert allocators.huge_page_bytes(str(smaps)) == 425984 * 1024
+    smaps.write_text("Rss:              981812 kB\n")
+    assert allocators.huge_page_bytes(str(smaps)) is None
+    assert allocators.huge_page_bytes(str(tmp_path / "absent")) is None
+
+
+def held_memory_run(accelbench_cli, tmp_path, huge_pages: str) -> dict:
+    out = tmp_path / f"{huge_pages}.json"
+    result = accelbench_cli("run", "--plugin", "sleepy", "--backend", "sleepy:fixed-time", "--global-batch", "4",
+                            "--warmup-steps", "1", "--timed-steps", "2", "--option", "hold_mb=64",
+                            "--huge-pages", huge_pages, "-o", str(out), "--force")
+    assert result.returncode == 0, result.stderr
+    [record] = load_records(out)
+    assert record["status"] == "ok", record["reason"]
+    return record
+
+
+@pytest.mark.skipif(allocators.thp_mode() != "madvise" or allocators.huge_pages_problem("system") is not None,
+                    reason="needs a kernel whose THP mode is madvise (always backs every mapping) and glibc >= 2.35")
+def test_huge_pages_on_backs_the_workers_memory_and_off_does_not(accelbench_cli, tmp_path):
+    on, off = (held_memory_run(accelbench_cli, tmp_path, choice) for choice in ("on", "off"))
+    assert on["config"]["huge_pages"] == "on" and on["settings"]["huge_pages"].startswith(
+        "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1;")
+    assert off["config"]["huge_pages"] == "off" and off["settings"]["huge_pages"].startswith("off (")
+    # the 64 MiB held: all of it but its unaligned ends in 2 MiB pages with them on, none without
+    assert on["trials"][0]["process"]["anon_huge_pages_bytes"] >= 60 << 20
+    assert off["trials"][0]["process"]["anon_huge_pages_bytes"] < 4 << 20
+
+
+def test_huge_pages_that_cannot_be_had_are_refused_before_any_worker(accelbench_cli, tmp_path):
+    debug = ctypes.util.find_library("c_malloc_debug")
+    if not debug:
+        pytest.skip("needs glibc's libc_malloc_debug (glibc >= 2.34) as an allocator given by path")
+    path = mapped_path(debug)
+    out = tmp_path / "r.json"
+    result = accelbench_cli("run", "--plugin", "sleepy", "--allocator", path, "--huge-pages", "on", "-o", str(out))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"--huge-pages on: the allocator {path!r} has no setting" in result.stderr, result.stderr
+    assert not out.exists()

@@ -81,6 +81,21 @@ def test_shipped_references_run_as_shipped_unless_asked_for_the_plugins_malloc(t
     assert bench_reference.shipped_malloc("plugin", {"settings": {"allocator": "system (the C library's malloc)"}}) == {}
 
 
+def test_the_plugins_huge_pages_go_with_its_malloc(monkeypatch):
+    from accelbench import allocators
+
+    monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
+    monkeypatch.setattr(allocators, "_glibc", lambda: "glibc 2.36")
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    on = {"settings": {"allocator": "system (the C library's malloc)",
+                       "huge_pages": "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1; the kernel's THP mode: madvise)"}}
+    assert bench_reference.huge_pages_of(on) == "on"
+    assert bench_reference.shipped_malloc("plugin", on) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert bench_reference.shipped_malloc("as-shipped", on) == {}
+    off = {"settings": {"allocator": "system (the C library's malloc)"}}  # a record from before 1.8
+    assert bench_reference.huge_pages_of(off) == "off" and bench_reference.shipped_malloc("plugin", off) == {}
+
+
 def test_a_failing_case_is_reported_and_loses_no_other(monkeypatch):
     def measure(name, batch, options):
         if name == "broken":

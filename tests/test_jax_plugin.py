@@ -3,7 +3,7 @@ for MXNet), with tiny shapes on the CPU. The first test makes the environment (c
 
 import pytest
 
-from conftest import assert_measured_allocator, loss_falls, run_backend
+from conftest import assert_measured_allocator, assert_measured_huge_pages, loss_falls, run_backend
 
 pytestmark = pytest.mark.jax
 SMALL = dict(model="resnet_small", image_size=16, num_classes=10)
@@ -24,6 +24,7 @@ def test_flax_resnet50_has_the_reference_parameters_and_flops():
     assert record["environment"]["packages"]["jax"] == record["framework"]["version"] == worker["packages"]["jax"]
     assert record["settings"]["frameworks_loaded"] == ["flax", "jax", "optax"]
     assert_measured_allocator(record, "tcmalloc")
+    assert_measured_huge_pages(record, measured=False)
 
 
 def test_flax_loss_falls_with_bf16_compute_and_fp32_parameters():

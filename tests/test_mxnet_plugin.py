@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import assert_measured_allocator, loss_falls, run_backend
+from conftest import assert_measured_allocator, assert_measured_huge_pages, loss_falls, run_backend
 
 # not importorskip: importing mxnet here would need numpy's removed aliases in the test process
 if importlib.util.find_spec("mxnet") is None:
@@ -24,6 +24,7 @@ def test_mxnet_trains_and_records_fp32():
     assert record["settings"]["frameworks_loaded"] == ["mxnet"]
     assert record["settings"]["conv_biases"] is False
     assert_measured_allocator(record, "jemalloc")
+    assert_measured_huge_pages(record, measured=False)
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
 
 

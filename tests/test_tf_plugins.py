@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import loss_falls, run_backend
+from conftest import assert_measured_huge_pages, loss_falls, run_backend
 
 # not importorskip: the test process itself must never import a framework (only workers do)
 if importlib.util.find_spec("tensorflow") is None:
@@ -28,6 +28,7 @@ def test_tf_benchmarks_trains_and_records_fp32():
     assert record["settings"]["frameworks_loaded"] == ["tensorflow", "tf_keras"]
     assert record["framework"]["name"] == "tensorflow" and record["framework"]["version"].startswith("2.")
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+    assert_measured_huge_pages(record, measured=True)
 
 
 @pytest.mark.parametrize("asked, used", [("0", "off"), ("1", "on")])
@@ -119,6 +120,7 @@ def test_tpu_official_bf16_v15_with_fp32_variables():
     assert record["settings"]["compute_dtype"] == "bfloat16"
     assert record["settings"]["mixed_precision_policy"] == "mixed_bfloat16"
     assert record["batch"]["semantics"] == "global"
+    assert_measured_huge_pages(record, measured=True)
 
 
 def test_tpu_official_loss_falls():

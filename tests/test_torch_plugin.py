@@ -8,7 +8,7 @@ import pytest
 from accelbench import records, runner
 from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
-from conftest import assert_measured_allocator, load_records, loss_falls, run_backend
+from conftest import assert_measured_allocator, assert_measured_huge_pages, load_records, loss_falls, run_backend
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("PyTorch not installed (pip install accelbench[torch])", allow_module_level=True)
@@ -27,6 +27,7 @@ def test_torch_trains_resnet50_with_the_reference_parameter_count():
     assert settings["memory_format"] == "channels_last" and settings["autocast_dtype"] is None
     assert settings["sgd_implementation"] == "for-loop"  # PyTorch's own choice for CPU tensors, read back
     assert_measured_allocator(record, "tcmalloc")
+    assert_measured_huge_pages(record, measured=False)
     assert settings["variable_dtype"] == "float32" and settings["frameworks_loaded"] == ["torch", "torchvision"]
     assert settings["intra_op_threads"] == record["config"]["threads"]
     assert record["framework"]["name"] == "pytorch" and record["framework"]["version"].startswith("2.")

@@ -28,7 +28,10 @@ class TfCnnResNet50(TfBackend):
         default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
         options={"jit_compile": Option("compile the step with XLA (default false: slower on CPU)", kind="bool")},
-        data_format="tfrecord", environment=extra("tf"))
+        data_format="tfrecord", environment=extra("tf"),
+        # glibc's malloc in transparent huge pages: 1.018x at batch 32 (v1.5 fp32, 3 alternating
+        # rounds 1.014-1.025, 2-core Xeon with AMX, README "Headroom levers")
+        huge_pages=True)
     protocol = "tf_cnn_benchmarks"
 
     def recipe(self, config: RunConfig) -> Recipe:

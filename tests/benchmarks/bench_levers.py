@@ -26,6 +26,7 @@ PLUGINS = {
     "mxnet-bf16": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "bf16"],
     "torch": ["--plugin", "torch_ref", "--precision", "fp32"],
     "jax": ["--plugin", "jax_flax", "--precision", "bf16"],  # the recipe's precision, its default
+    "tpu": ["--plugin", "tpu_official", "--option", "steps_per_loop=10"],  # bf16; its timed steps: whole loops
 }
 #: the baseline's environment: the framework as it ships, where the plugin would otherwise pull a
 #: lever by itself (mxnet_ngc raises oneDNN 2.4's ceiling to AMX on a CPU that has it)
@@ -40,6 +41,9 @@ LEVERS = {
     "onednn-amx": ([], {"DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX"}, ("mxnet", "mxnet-bf16")),
     # libgomp's threads pinned one per core (PyTorch and MXNet run oneDNN on OpenMP; TF does not)
     "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", "torch")),
+    # the allocator maps its memory in transparent huge pages (where the kernel's THP mode is "madvise",
+    # only memory so marked gets them): a 2 MiB page is one fault and one TLB entry, not 512
+    "thp": (["--huge-pages", "on"], {}, ("tf", "tpu", "mxnet", "mxnet-bf16", "torch", "jax")),
     "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", "torch")),
     # MXNet's multi-tensor SGD: all weights' momentum updates in one operator call
     "mx-aggregate": ([], {"MXNET_OPTIMIZER_AGGREGATION_SIZE": "60"}, ("mxnet",)),
@@ -49,9 +53,9 @@ LEVERS = {
 
 
 def measure(plugin, levers, batch, warmup, timed, rounds, keep=None):
-    # the baseline names the C library's malloc: a plugin's own measured choice (auto) would hide
-    # the allocator levers; a lever's own --allocator comes later on the command line and wins
-    base = PLUGINS[plugin] + ["--allocator", "system"]
+    # the baseline names the C library's malloc without huge pages: a plugin's own measured choice
+    # (auto) would hide the allocator levers; a lever's own flag comes later on the command line and wins
+    base = PLUGINS[plugin] + ["--allocator", "system", "--huge-pages", "off"]
     base_env = BASELINE_ENV.get(plugin, {})
     runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed, env=base_env, keep=keep)}
     for lever in levers:

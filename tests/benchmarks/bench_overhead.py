@@ -72,9 +72,11 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 
-def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None, env=None):
-    """The bare loop, with the same malloc preloaded as ``accelbench run --allocator`` gives a
-    worker; ``python``: the interpreter (a plugin's own environment for a framework the host lacks);
+def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None, env=None,
+             huge_pages="off"):
+    """The bare loop, with the same malloc preloaded (and in huge pages or not) as ``accelbench run
+    --allocator --huge-pages`` gives a worker; ``python``: the interpreter (a plugin's own environment
+    for a framework the host lacks);
     ``keep``: a folder its JSON line (with kernel time and page faults per step) is saved into;
     ``env``: variables added to its environment."""
     from accelbench import allocators
@@ -83,7 +85,7 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
     out = subprocess.run([python, str(HERE / script), *rest, "--batch", str(batch),
                           "--warmup", str(warmup), "--timed", str(timed)],
                          check=True, capture_output=True, text=True,
-                         env={**os.environ, **allocators.worker_environment(allocator), **(env or {})})
+                         env={**os.environ, **allocators.worker_environment(allocator, huge_pages), **(env or {})})
     line = out.stdout.strip().splitlines()[-1]
     result = json.loads(line)
     if keep is not None:
@@ -122,8 +124,9 @@ def paired(per_round, a, b):
 def measure(name, batch, warmup, timed, rounds, zoo_baseline=False, allocator="system"):
     args, bare, reference, what = CASES[name]
     seen = {}
-    # both sides with the same malloc: the harness's cost, not an allocator's, is measured here
-    runners = {"accelbench": lambda: run_accelbench([*args, "--allocator", allocator], batch, warmup, timed, seen),
+    # both sides with the same malloc, without huge pages: the harness's cost, not an allocator's, is measured here
+    runners = {"accelbench": lambda: run_accelbench([*args, "--allocator", allocator, "--huge-pages", "off"],
+                                                    batch, warmup, timed, seen),
                "bare": lambda: run_bare(bare, batch, warmup, timed, allocator)}
     if zoo_baseline:  # the bare loop over the model zoo's network, conv biases trained
         runners["zoo"] = lambda: run_bare(bare + ["--conv-biases"], batch, warmup, timed, allocator)

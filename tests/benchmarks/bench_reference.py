@@ -158,10 +158,11 @@ def measure(name, batch, options):
                "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed,
                                                         shipped_env()),
                "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed, shipped_env()),
-               # a bare loop is ours, not a shipped program: the plugin's interpreter, malloc and
-               # oneDNN ceiling
+               # a bare loop is ours, not a shipped program: the plugin's interpreter, malloc (huge
+               # pages too) and oneDNN ceiling
                "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"],
-                                    keep=options.keep_records, env=onednn_ceiling_of(seen))}
+                                    keep=options.keep_records, env=onednn_ceiling_of(seen),
+                                    huge_pages=huge_pages_of(seen))}
     rate, per_round = alternate(f"{name} batch {batch}", {
         "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
         "reference": runners[kind]}, options.rounds)
@@ -177,7 +178,8 @@ def measure(name, batch, options):
             "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
             "utilisation": gflops * 1e9 / peak if peak else None,
             "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
-            "what": WHAT[kind], "allocator": malloc_of(seen), "steps": (warmup, timed)}
+            "what": WHAT[kind], "allocator": malloc_of(seen),
+            "huge_pages": huge_pages_of(seen), "steps": (warmup, timed)}
 
 
 def measured_or_failed(name, batch, options):
@@ -204,16 +206,22 @@ def table_row(r):
     return (f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
             f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
             f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}"
-            f" (plugin's malloc: {r['allocator']}; {r['steps'][0]} + {r['steps'][1]} steps)")
+            f" (plugin's malloc: {r['allocator']}, huge pages {r.get('huge_pages', 'off')};"
+            f" {r['steps'][0]} + {r['steps'][1]} steps)")
 
 
 def shipped_malloc(choice, seen):
     """The environment a shipped reference runs with: as it ships (the C library's malloc), or
-    with the malloc the plugin's worker had preloaded, which separates the framework's lead from
-    the allocator's."""
+    with the malloc the plugin's worker had preloaded (and its huge pages, where it had them on),
+    which separates the framework's lead from the allocator's."""
     from accelbench import allocators
 
-    return allocators.worker_environment(malloc_of(seen)) if choice == "plugin" else {}
+    return allocators.worker_environment(malloc_of(seen), huge_pages_of(seen)) if choice == "plugin" else {}
+
+
+def huge_pages_of(seen):
+    """on or off, as the plugin's record says its worker ran (``settings.huge_pages``: "on (...)")."""
+    return seen["settings"].get("huge_pages", "off").partition(" ")[0]
 
 
 def malloc_of(seen):

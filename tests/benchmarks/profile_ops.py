@@ -11,7 +11,8 @@ TensorFlow's ops are read from its profiler's trace (XSpace), over the timed ste
 reference tf_cnn_benchmarks runs from ``../shared/references`` (its README's command) in this
 process under the same profiler, its last ``--steps`` session runs taken. TensorFlow runs two
 inter-op threads on two cores, so its operators overlap and their times add up to more than the
-step: compare categories between runs, not with the step's wall time.
+step: compare categories between runs, not with the step's wall time -- or give both
+``--inter-op-threads 1``, which runs one operator at a time, so each one's time is its own.
 
 (The step runs in this process, so the plugin's measured allocator is preloaded by hand, as its
 workers get it. MXNet runs with bulk execution off here -- MXNET_EXEC_BULK_EXEC_TRAIN=0, set by
@@ -65,7 +66,7 @@ def category(name: str) -> str:
     return "other"
 
 
-def prepare(plugin: str, variant: str | None, batch: int):
+def prepare(plugin: str, variant: str | None, batch: int, inter_op_threads: int | None):
     """The plugin's backend, prepared exactly as a worker prepares it (process settings first)."""
     from accelbench import runner
     from accelbench.config import RunConfig
@@ -73,7 +74,8 @@ def prepare(plugin: str, variant: str | None, batch: int):
     from accelbench.worker import apply_process_settings
 
     [ref] = PluginHost().select([plugin])
-    [plan] = runner.plan([ref], RunConfig(global_batch=batch, precision="fp32", variant=variant))
+    [plan] = runner.plan([ref], RunConfig(global_batch=batch, precision="fp32", variant=variant,
+                                                        inter_op_threads=inter_op_threads))
     apply_process_settings(plan.config)
     backend = ref.backend
     backend.prepare(plan.config)
@@ -160,13 +162,15 @@ def tf_op_times(trace: bytes, steps: int) -> dict[str, float]:
     return ops
 
 
-def tf_cnn_benchmarks_ops(references: Path, variant: str, batch: int, warmup: int, steps: int) -> dict[str, float]:
+def tf_cnn_benchmarks_ops(references: Path, variant: str, batch: int, warmup: int, steps: int,
+                          inter_op_threads: int | None) -> dict[str, float]:
     """tf_cnn_benchmarks' own step (its README's command, run in this process) under the profiler."""
     import runpy
     import sys
 
     model = "resnet50" if variant == "v1" else "resnet50_v1.5"
-    sys.argv = tf_cnn_command(references, [f"--model={model}"], batch, warmup, steps)
+    threads = [f"--num_inter_threads={inter_op_threads}"] if inter_op_threads else []
+    sys.argv = tf_cnn_command(references, [f"--model={model}", *threads], batch, warmup, steps)
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     sys.path.insert(0, str(Path(sys.argv[0]).parent))
 
@@ -189,14 +193,17 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="profiled steps (and as many unprofiled)")
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
+    parser.add_argument("--inter-op-threads", type=int, default=None,
+                        help="default: the framework's; 1 runs one operator at a time")
     args = parser.parse_args()
     if args.reference:
-        ops = tf_cnn_benchmarks_ops(args.references, args.variant or "v1", args.batch, args.warmup, args.steps)
+        ops = tf_cnn_benchmarks_ops(args.references, args.variant or "v1", args.batch, args.warmup, args.steps,
+                                    args.inter_op_threads)
         print_categories(f"{args.reference} {args.variant or 'v1'}, batch {args.batch}, fp32:", ops, args.steps)
         return
     if args.plugin == "mxnet_ngc":  # before MXNet is imported (in prepare)
         os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
-    backend = prepare(args.plugin, args.variant, args.batch)
+    backend = prepare(args.plugin, args.variant, args.batch, args.inter_op_threads)
     for _ in range(args.warmup):
         backend.step()
     rate, cpu = unprofiled(backend, args.batch, args.steps)

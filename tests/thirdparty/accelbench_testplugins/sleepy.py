@@ -6,7 +6,8 @@ Options: ``step_ms`` (default 20), ``noise`` (relative stdev of a seeded random 
 ``drift_origin`` (a Unix time): a machine that slows down steadily, the step time growing by
 ``drift_per_s`` of itself per second of wall time since ``drift_origin``; ``slow_first``: the
 first N steps are slower, from 5 times as long down towards 1 (a framework's tracing, allocator
-growth and cache warm-up, which fade step by step).
+growth and cache warm-up, which fade step by step); ``hold_mb``: memory the worker allocates and
+touches in prepare and holds to the end (a framework's weights and activations, for --huge-pages).
 """
 
 import os
@@ -33,7 +34,8 @@ class Sleepy(accelbench.Backend):
         options={"step_ms": "step time in ms", "noise": "relative stdev of the step time",
                  "scale": "multiplies the step time", "drift_per_s": "step time growth per second",
                  "drift_origin": "Unix time the drift counts from",
-                 "slow_first": "steps at the start that are slower, fading from 5x"})
+                 "slow_first": "steps at the start that are slower, fading from 5x",
+                 "hold_mb": "MiB allocated and touched in prepare, held to the end"})
 
     def prepare(self, config):
         self.step_s = config.options.get("step_ms", 20) / 1000 * config.options.get("scale", 1.0)
@@ -46,6 +48,7 @@ class Sleepy(accelbench.Backend):
         # noise of its own in every trial's process, as a real machine's is (the seed still varies it)
         self.rng = random.Random(f"{config.seed}-{os.getpid()}")
         self.loss = 10.0
+        self.held = bytearray(config.options.get("hold_mb", 0) << 20)  # zero-filled: every page touched
         return accelbench.Prepared(device_name="test cpu", flops_per_image=1e9,
                                    settings={"step_s": self.step_s, "noise": self.noise})
 
