@@ -77,18 +77,19 @@ class ProcessUsage:
             import resource
         except ImportError:  # Windows
             return None
-        from .allocators import huge_page_bytes
-
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt, huge_page_bytes())
+        return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt)
 
     @classmethod
     def since(cls, before: ProcessUsage | None) -> ProcessUsage | None:
+        """The counters' growth since ``before``, and the huge pages now (read once, at the end)."""
+        from .allocators import huge_page_bytes
+
         after = cls.now()
         if before is None or after is None:
             return None
         return cls(after.cpu_user_s - before.cpu_user_s, after.cpu_system_s - before.cpu_system_s,
-                   after.minor_page_faults - before.minor_page_faults, after.anon_huge_pages_bytes)
+                   after.minor_page_faults - before.minor_page_faults, huge_page_bytes())
 
 
 @dataclass
