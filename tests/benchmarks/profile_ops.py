@@ -4,7 +4,7 @@ framework, so PyTorch's step can be laid beside MXNet's op by op.
 
     LD_PRELOAD=libtcmalloc_minimal.so.4 python tests/benchmarks/profile_ops.py --plugin torch_ref
     LD_PRELOAD=libjemalloc.so.2 python tests/benchmarks/profile_ops.py --plugin mxnet_ngc --variant v1.5
-    python tests/benchmarks/profile_ops.py --plugin tf_benchmarks --variant v1 --batch 32 --steps 3
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python tests/benchmarks/profile_ops.py --plugin tf_benchmarks --variant v1 --batch 32 --steps 3
     python tests/benchmarks/profile_ops.py --reference tf_cnn_benchmarks --variant v1 --batch 32 --steps 3
 
 TensorFlow's ops are read from its profiler's trace (XSpace), over the timed steps only; the
@@ -15,8 +15,10 @@ step: compare categories between runs, not with the step's wall time -- or give 
 ``--inter-op-threads 1``, which runs one operator at a time, so each one's time is its own.
 
 (The step runs in this process, so the plugin's measured allocator is preloaded by hand, as its
-workers get it. MXNet runs with bulk execution off here -- MXNET_EXEC_BULK_EXEC_TRAIN=0, set by
-this script -- or its profiler times fused segments of operators, not operators.)
+workers get it, and so are its huge pages: the TF plugins' workers run glibc's malloc with
+``glibc.malloc.hugetlb=1`` (``accelbench run --huge-pages``). MXNet runs with bulk execution off
+here -- MXNET_EXEC_BULK_EXEC_TRAIN=0, set by this script -- or its profiler times fused segments
+of operators, not operators.)
 
 Prints the step time without the profiler (images/sec), then per category the operators' own
 time per step (ms), its share of the profiled time, and the top operators. Profilers add their own
