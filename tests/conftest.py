@@ -68,15 +68,16 @@ def run_backend(plugin: str, **config) -> dict:
 def assert_measured_huge_pages(record: dict, measured: bool) -> None:
     """A plugin that measured its allocator faster in transparent huge pages
     (``BackendInfo.huge_pages``) runs with them where this machine can give them, and its worker's
-    memory is in them; any other runs without."""
+    memory is in them; any other runs with its allocator not asked for them."""
     from accelbench import allocators
 
     expected = "on" if measured and allocators.huge_pages_problem(record["config"]["allocator"]) is None else "off"
     assert record["config"]["huge_pages"] == expected, record["config"]
     assert record["settings"]["huge_pages"].startswith(f"{expected} ("), record["settings"]["huge_pages"]
-    in_huge_pages = record["trials"][0]["process"]["anon_huge_pages_bytes"]
-    if allocators.thp_mode() == "madvise":  # only memory marked for them gets them
-        assert (in_huge_pages > 0) == (expected == "on"), in_huge_pages
+    if expected == "on":
+        assert record["trials"][0]["process"]["anon_huge_pages_bytes"] > 0, record["trials"][0]["process"]
+    # off asserts no figure: a framework may mark memory of its own for huge pages (a jax_flax
+    # worker had 2 MiB of them with its allocator not asked); the held-memory test checks off
 
 
 def assert_measured_allocator(record: dict, name: str) -> None:
