@@ -206,7 +206,7 @@ def table_row(r):
     return (f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
             f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
             f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}"
-            f" (plugin's malloc: {r['allocator']}, huge pages {r.get('huge_pages', 'off')};"
+            f" (plugin's malloc: {r['allocator']}, huge pages {r['huge_pages']};"
             f" {r['steps'][0]} + {r['steps'][1]} steps)")
 
 
