@@ -33,9 +33,11 @@ class LaunchPlan:
 
 @dataclass(frozen=True)
 class LocalCluster:
-    """Every process on this machine: the address to bind and a source of free ports on it."""
+    """Every process on this machine: the address to bind, a source of free ports on it, and a
+    private directory for the job's files (a rendezvous file) that the host removes after the trial."""
 
     workers: int
+    scratch: str
     host: str = LOOPBACK
     free_port: Callable[[], int] = field(default=lambda: free_port(LOOPBACK))
 
@@ -91,8 +93,9 @@ def free_port(host: str = LOOPBACK) -> int:
         return sock.getsockname()[1]
 
 
-def plan_local(engine: Engine, workers: int, host: str = LOOPBACK) -> LaunchPlan:
-    return engine.local(LocalCluster(workers, host, lambda: free_port(host)))
+def plan_local(engine: Engine, workers: int, scratch: str, host: str = LOOPBACK) -> LaunchPlan:
+    """``scratch``: a directory that lives as long as the trial (the caller makes and removes it)."""
+    return engine.local(LocalCluster(workers, scratch, host, lambda: free_port(host)))
 
 
 def plan_rank(engine: Engine, cluster: ClusterRank) -> LaunchPlan:

@@ -414,8 +414,9 @@ def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None
     namespace, network = netns.start()
     try:
         launcher = namespace.launcher() if namespace else []
-        outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers), progress,
-                                         launcher=launcher, python=python)
+        with tempfile.TemporaryDirectory(prefix="accelbench-job-") as scratch:
+            outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers, scratch), progress,
+                                             launcher=launcher, python=python)
     finally:
         if namespace:
             namespace.close()

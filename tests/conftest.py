@@ -3,12 +3,23 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _temporary_files_kept_by_pytest(tmp_path_factory, monkeypatch):
+    """The host's and the workers' temporary files (a failed worker's log, which its record names
+    and so the host keeps; a job's scratch directory) go to a folder of pytest's, which it prunes,
+    not to the machine's /tmp, where every test session would leave its failure logs."""
+    folder = str(tmp_path_factory.mktemp("tempfiles"))
+    monkeypatch.setenv("TMPDIR", folder)
+    monkeypatch.setattr(tempfile, "tempdir", folder)
 
 
 @pytest.fixture(scope="session")

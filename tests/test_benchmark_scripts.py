@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
 import bench_first_touch  # noqa: E402
+import bench_levers  # noqa: E402
 import bench_overhead  # noqa: E402
 import bench_reference  # noqa: E402
 
@@ -128,3 +129,23 @@ def test_first_touch_maps_each_page_once_and_times_every_chunk():
     pages = size // bench_first_touch.PAGE
     # one minor fault per 4 KiB page (fewer where the kernel backs the mapping with huge pages)
     assert pages // 512 <= faults <= pages + 1000
+
+
+def test_a_lever_is_measured_against_a_baseline_it_changes():
+    # on the C library's malloc: its huge pages, and jemalloc with them; not "system-thp" (= "thp")
+    assert {"thp", "jemalloc-thp", "jemalloc", "tcmalloc"} <= set(bench_levers.default_levers("mxnet", "system"))
+    assert "system-thp" not in bench_levers.default_levers("mxnet", "system")
+    # on jemalloc (mxnet_ngc's kept one): jemalloc's huge pages, never jemalloc against itself
+    on_jemalloc = bench_levers.default_levers("mxnet", "jemalloc")
+    assert "thp" in on_jemalloc and "system-thp" in on_jemalloc
+    assert "jemalloc" not in on_jemalloc and "jemalloc-thp" not in on_jemalloc
+    assert "onednn-amx" in on_jemalloc  # a lever of another kind stays
+    # tcmalloc has no huge-page setting: "thp" on it would be refused, the other mallocs' stay
+    on_tcmalloc = bench_levers.default_levers("jax", "tcmalloc")
+    assert set(on_tcmalloc) == {"jemalloc", "system-thp", "jemalloc-thp"}
+    assert bench_levers.default_levers("tpu", "tcmalloc") == []
+
+
+def test_every_lever_is_named_in_the_readme():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert [lever for lever in bench_levers.LEVERS if f"`{lever}`" not in readme] == []

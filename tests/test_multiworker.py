@@ -5,6 +5,7 @@ import importlib.util
 import ipaddress
 import json
 import os
+import tempfile
 import time
 
 import pytest
@@ -21,24 +22,24 @@ BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not HAS[name], reason=f"
 TINY = dict(image_size=32, num_classes=10, warmup_steps=2, timed_steps=6, timeout_s=240)
 
 
-def test_local_plans_use_loopback_and_free_ports():
+def test_local_plans_use_loopback_and_free_ports(tmp_path):
     # the engines are the plugins' (core names none); neither module imports its framework
     from accelbench.plugins.mxnet_ngc.engine import DmlcPsEngine
     from accelbench.plugins.tf_common import TfConfigEngine
     from accelbench.plugins.torch_ref import TorchDistributedEngine
 
-    tf = launch.plan_local(TfConfigEngine(), 2)
+    tf = launch.plan_local(TfConfigEngine(), 2, str(tmp_path))
     configs = [json.loads(env["TF_CONFIG"]) for env in tf.worker_envs]
     assert [c["task"]["index"] for c in configs] == [0, 1]
     addresses = configs[0]["cluster"]["worker"]
     assert len(set(addresses)) == 2 and all(a.startswith("127.0.0.1:") for a in addresses)
-    torch = launch.plan_local(TorchDistributedEngine(), 2)
+    torch = launch.plan_local(TorchDistributedEngine(), 2, str(tmp_path))
     assert [(env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) for env in torch.worker_envs] == [("0", "2", "0"), ("1", "2", "1")]
     for env in torch.worker_envs:  # nothing beyond loopback: gloo on lo, rendezvous through a file
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
         assert env["ACCELBENCH_TORCH_INIT_METHOD"] == torch.worker_envs[0]["ACCELBENCH_TORCH_INIT_METHOD"]
-        assert env["ACCELBENCH_TORCH_INIT_METHOD"].startswith("file:///")
-    mx = launch.plan_local(DmlcPsEngine(), 2)
+        assert env["ACCELBENCH_TORCH_INIT_METHOD"].startswith(f"file://{tmp_path}/")  # removed with the trial
+    mx = launch.plan_local(DmlcPsEngine(), 2, str(tmp_path))
     assert [role for role, _ in mx.services] == ["scheduler", "server"]
     for env in mx.worker_envs + [env for _, env in mx.services]:
         assert env["DMLC_PS_ROOT_URI"] == env["DMLC_NODE_HOST"] == "127.0.0.1" and env["DMLC_INTERFACE"] == "lo"
@@ -46,7 +47,8 @@ def test_local_plans_use_loopback_and_free_ports():
 
 
 @pytest.mark.parametrize("plugin", BACKENDS)
-def test_two_workers_merge_into_one_record_with_identical_weights(plugin):
+def test_two_workers_merge_into_one_record_with_identical_weights(plugin, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the host makes the job's scratch directory
     refs = PluginHost().select([plugin])
     baseline, merged = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)),
                                       records.check_all)
@@ -66,6 +68,7 @@ def test_two_workers_merge_into_one_record_with_identical_weights(plugin):
     assert dist["baseline_images_per_sec"] == baseline["throughput"]["images_per_sec"]
     assert dist["scaling_efficiency"] == pytest.approx(
         merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+    assert not list(tmp_path.glob("accelbench-job-*"))  # nothing of the job's left behind
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:
@@ -90,7 +93,7 @@ def _interfaces(pid: int) -> set[str]:
 
 
 @pytest.mark.parametrize("plugin", BACKENDS)
-def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin):
+def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin, tmp_path):
     """TensorFlow's gRPC server binds 0.0.0.0 whatever TF_CONFIG says; in the run's private
     namespace the only interface is loopback, so no engine is reachable from another machine."""
     from accelbench import netns
@@ -110,7 +113,7 @@ def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin):
                 seen[pid] = (_listening(pid), _interfaces(pid), os.readlink(f"/proc/{pid}/ns/net"))
 
     try:
-        outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2),
+        outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2, str(tmp_path)),
                                          on_progress=look, on_started=started.append, launcher=namespace.launcher())
     finally:
         namespace.close()
@@ -152,7 +155,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("plugin", BACKENDS)
-def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin):
+def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin, tmp_path):
     [ref] = PluginHost().select([plugin])
     [item] = runner.plan([ref], RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
                                          **{**TINY, "timed_steps": 200}))
@@ -163,7 +166,7 @@ def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin):
             started[0][1].process.kill()
 
     begin = time.monotonic()
-    outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2),
+    outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2, str(tmp_path)),
                                      on_progress=kill_rank_1, on_started=started.append)
     assert time.monotonic() - begin < item.config.timeout_s
     assert all(o.status == "failed" for o in outcomes)

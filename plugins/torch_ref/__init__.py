@@ -12,7 +12,6 @@ Written only against the public plugin API; PyTorch is imported only in the work
 from __future__ import annotations
 
 import os
-import tempfile
 
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
@@ -36,8 +35,8 @@ class TorchDistributedEngine(Engine):
     def local(self, cluster: LocalCluster) -> LaunchPlan:
         # Nothing beyond loopback: gloo's connections on "lo" (it picks the hostname's interface
         # unless told), and the rendezvous through a file, since PyTorch's TCPStore server listens
-        # on every interface whatever MASTER_ADDR says. torch removes the file when the job ends.
-        store = os.path.join(tempfile.mkdtemp(prefix="accelbench-torch-"), "store")
+        # on every interface whatever MASTER_ADDR says; the file lies in the job's scratch directory
+        store = os.path.join(cluster.scratch, "torch-store")
         master = {"MASTER_ADDR": cluster.host, "MASTER_PORT": str(cluster.free_port()), "GLOO_SOCKET_IFNAME": "lo",
                   INIT_METHOD_VARIABLE: f"file://{store}"}
         return LaunchPlan(self.name, cluster.workers,

@@ -8,6 +8,11 @@ update, the tensors' memory format.
 
     python tests/benchmarks/bench_levers.py --plugin torch --lever jemalloc --lever tcmalloc
     python tests/benchmarks/bench_levers.py --rounds 3 --timed 20      # every plugin, every lever
+    python tests/benchmarks/bench_levers.py --plugin mxnet --baseline-allocator jemalloc --lever thp
+
+The baseline runs the C library's malloc without huge pages, or ``--baseline-allocator``'s (a
+plugin's kept allocator, to measure a lever on top of it; a lever naming that allocator is then
+left out of the default set, and ``thp`` where the allocator has no huge-page setting).
 
 Prints the machine, each round's images/sec, then per plugin and lever: the baseline's and the
 lever's pooled images/sec, the paired ratio lever/baseline with its 95% interval (accelbench's own
@@ -44,6 +49,9 @@ LEVERS = {
     # the allocator maps its memory in transparent huge pages (where the kernel's THP mode is "madvise",
     # only memory so marked gets them): a 2 MiB page is one fault and one TLB entry, not 512
     "thp": (["--huge-pages", "on"], {}, ("tf", "tpu", "mxnet", "mxnet-bf16", "torch", "jax")),
+    # the same in another malloc, for a baseline of a kept one (tcmalloc has no huge-page setting)
+    "system-thp": (["--allocator", "system", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", "torch", "jax")),
+    "jemalloc-thp": (["--allocator", "jemalloc", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", "torch", "jax")),
     "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", "torch")),
     # MXNet's multi-tensor SGD: all weights' momentum updates in one operator call
     "mx-aggregate": ([], {"MXNET_OPTIMIZER_AGGREGATION_SIZE": "60"}, ("mxnet",)),
@@ -52,10 +60,27 @@ LEVERS = {
 }
 
 
-def measure(plugin, levers, batch, warmup, timed, rounds, keep=None):
-    # the baseline names the C library's malloc without huge pages: a plugin's own measured choice
-    # (auto) would hide the allocator levers; a lever's own flag comes later on the command line and wins
-    base = PLUGINS[plugin] + ["--allocator", "system", "--huge-pages", "off"]
+#: allocators with no huge-page setting accelbench can give (``--huge-pages on`` is refused for them)
+NO_HUGE_PAGES = ("tcmalloc",)
+
+
+def default_levers(plugin, baseline_allocator):
+    """Every lever that applies to the plugin and changes something on this baseline."""
+    chosen = []
+    for lever, (args, _, plugins) in LEVERS.items():
+        named = args[args.index("--allocator") + 1] if "--allocator" in args else None
+        if plugin not in plugins or named == baseline_allocator:  # the baseline itself, or "thp" on it
+            continue
+        if "--huge-pages" in args and (named or baseline_allocator) in NO_HUGE_PAGES:
+            continue
+        chosen.append(lever)
+    return chosen
+
+
+def measure(plugin, levers, batch, warmup, timed, rounds, keep=None, baseline_allocator="system"):
+    # the baseline names its malloc without huge pages: a plugin's own measured choice (auto) would
+    # hide the allocator levers; a lever's own flag comes later on the command line and wins
+    base = PLUGINS[plugin] + ["--allocator", baseline_allocator, "--huge-pages", "off"]
     base_env = BASELINE_ENV.get(plugin, {})
     runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed, env=base_env, keep=keep)}
     for lever in levers:
@@ -82,17 +107,21 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--timed", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help=">= 3 for an interval")
+    parser.add_argument("--baseline-allocator", choices=("system", "jemalloc", "tcmalloc"), default="system",
+                        help="the baseline's malloc (default the C library's; always without huge pages)")
     parser.add_argument("--keep-records", type=Path, help="a folder to keep every run's results file in (its "
                         "per-step times, kernel CPU time and page faults: what made a slow round slow)")
     options = parser.parse_args()
     print(machine_header(), flush=True)
     results = []
     for plugin in options.plugin or PLUGINS:
-        levers = [lever for lever in options.lever or LEVERS if plugin in LEVERS[lever][2]]
+        levers = ([lever for lever in options.lever if plugin in LEVERS[lever][2]] if options.lever
+                  else default_levers(plugin, options.baseline_allocator))
         if levers:
             results += measure(plugin, levers, options.batch, options.warmup, options.timed, options.rounds,
-                               options.keep_records)
-    print(f"\n{machine_header()}\nbatch {options.batch}, {options.timed} timed steps, {options.rounds} rounds")
+                               options.keep_records, options.baseline_allocator)
+    print(f"\n{machine_header()}\nbatch {options.batch}, {options.timed} timed steps, {options.rounds} rounds, "
+          f"baseline: {options.baseline_allocator} malloc without huge pages")
     print(f"{'plugin':<11}{'lever':<17}{'baseline':>9}{'lever':>8}{'ratio':>7}  {'95% CI':<13} per round")
     for r in results:
         rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
