@@ -7,11 +7,13 @@ import json
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from accelbench import launch, multiworker, netns, records, runner
 from accelbench.config import RunConfig
+from accelbench.records import TrialOutcome
 from accelbench.registry import PluginHost
 
 HAS = {"tf_benchmarks": importlib.util.find_spec("tensorflow") is not None,
@@ -68,7 +70,26 @@ def test_two_workers_merge_into_one_record_with_identical_weights(plugin, tmp_pa
     assert dist["baseline_images_per_sec"] == baseline["throughput"]["images_per_sec"]
     assert dist["scaling_efficiency"] == pytest.approx(
         merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
-    assert not list(tmp_path.glob("accelbench-job-*"))  # nothing of the job's left behind
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []  # no directory of the job's left behind
+
+
+@pytest.mark.parametrize("plugin", [p for p in BACKENDS if p.values[0] == "torch_ref"])
+def test_a_jobs_scratch_directory_goes_with_its_trial_even_a_failed_one(plugin, tmp_path, monkeypatch):
+    # a killed PyTorch worker leaves its rendezvous file behind; the host removes the directory anyway
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    left = []
+
+    def killed_trial(ref, config, plan, *args, **kwargs):
+        store = Path(plan.worker_envs[0]["ACCELBENCH_TORCH_INIT_METHOD"].removeprefix("file://"))
+        store.write_text("a store nobody removed")
+        left.append(store)
+        return [TrialOutcome("failed", "worker rank 1: killed by SIGKILL") for _ in plan.worker_envs]
+
+    monkeypatch.setattr(multiworker, "run_trial", killed_trial)
+    refs = PluginHost().select([plugin])
+    _, merged = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)), records.check_all)
+    assert merged["status"] == "failed" and "killed by SIGKILL" in merged["reason"]
+    assert left and left[0].parent.parent == tmp_path and not left[0].parent.exists()
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:
