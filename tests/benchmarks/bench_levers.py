@@ -22,6 +22,7 @@ lever's pooled images/sec, the paired ratio lever/baseline with its 95% interval
 import argparse
 from pathlib import Path
 
+from accelbench import allocators
 from bench_overhead import alternate, paired, run_accelbench
 from bench_reference import machine_header
 
@@ -60,10 +61,6 @@ LEVERS = {
 }
 
 
-#: allocators with no huge-page setting accelbench can give (``--huge-pages on`` is refused for them)
-NO_HUGE_PAGES = ("tcmalloc",)
-
-
 def default_levers(plugin, baseline_allocator):
     """Every lever that applies to the plugin and changes something on this baseline."""
     chosen = []
@@ -71,7 +68,8 @@ def default_levers(plugin, baseline_allocator):
         named = args[args.index("--allocator") + 1] if "--allocator" in args else None
         if plugin not in plugins or named == baseline_allocator:  # the baseline itself, or "thp" on it
             continue
-        if "--huge-pages" in args and (named or baseline_allocator) in NO_HUGE_PAGES:
+        # an allocator accelbench has no huge-page setting for: "--huge-pages on" would be refused
+        if "--huge-pages" in args and (named or baseline_allocator) not in allocators.HUGE_PAGE_TUNABLES:
             continue
         chosen.append(lever)
     return chosen
