@@ -112,10 +112,13 @@ def test_a_backend_five_percent_slower_is_outside(accelbench_cli, tmp_path):
     assert result.verdict == "outside", result
 
 
-def test_heavy_noise_is_undecided_never_a_false_within(accelbench_cli, tmp_path):
-    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.02",
+def test_heavy_noise_never_gives_a_false_within(accelbench_cli, tmp_path):
+    # the twin is 6% slower, outside the 3% tolerance: "within" would be false. (A true ratio inside
+    # the tolerance, as 1.02 once was here, makes "within" correct, and 4 noisy rounds leave an
+    # interval that is now and then narrow by chance: CI once drew one, 0.995-1.008, for a 0.980.)
+    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.06",
                           "--option", "noise=0.4", *drifting())
-    assert paired(records).verdict == "undecided"
+    assert paired(records).verdict in ("undecided", "outside")
 
 
 def test_one_trial_per_side_is_never_decided(accelbench_cli, tmp_path):
