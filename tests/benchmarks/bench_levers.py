@@ -68,8 +68,9 @@ def default_levers(plugin, baseline_allocator):
         named = args[args.index("--allocator") + 1] if "--allocator" in args else None
         if plugin not in plugins or named == baseline_allocator:  # the baseline itself, or "thp" on it
             continue
-        # an allocator accelbench has no huge-page setting for: "--huge-pages on" would be refused
-        if "--huge-pages" in args and (named or baseline_allocator) not in allocators.HUGE_PAGE_TUNABLES:
+        # huge pages this machine's kernel or C library, or the allocator, cannot give: accelbench
+        # would refuse the run ("--huge-pages on" with tcmalloc, or under THP mode "never")
+        if "--huge-pages" in args and allocators.huge_pages_problem(named or baseline_allocator):
             continue
         chosen.append(lever)
     return chosen
