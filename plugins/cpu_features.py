@@ -4,18 +4,40 @@ core reads, ``accelbench.environment.cpu_flags``; no framework is imported here)
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 
 #: either gives the CPU native bf16 dot products (AMD Zen 4, Intel Cooper Lake / Sapphire Rapids)
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
-def bf16_emulation_warning(flags: frozenset[str]) -> str | None:
-    """A warning for a bf16 run on a CPU without native bf16 (None when native, or flags unknown)."""
-    if not flags or flags & NATIVE_BF16_FLAGS:
-        return None
-    return ("bf16 is emulated on this CPU (neither avx512_bf16 nor amx_bf16 in its flags): "
-            "expect it several times slower than fp32; the figure measures the emulation")
+#: oneDNN's instruction-set ceilings that hold no bf16 dot product: under one of them oneDNN
+#: computes bf16 in fp32 whatever the CPU has (AVX2_VNNI_2 converts bf16, it does not multiply it)
+CEILINGS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
+                                   "AVX512_CORE_VNNI"})
+#: where oneDNN reads its ceiling: 3.x (TensorFlow's, PyTorch's) ONEDNN_MAX_CPU_ISA before the older
+#: name; 2.x (mxnet 1.9.1's) only DNNL_MAX_CPU_ISA
+ONEDNN_CEILING_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def onednn_ceiling(variables: tuple[str, ...] = ONEDNN_CEILING_VARIABLES) -> str | None:
+    """The instruction-set ceiling this process gives oneDNN, as "VARIABLE=VALUE" (None: its default)."""
+    for variable in variables:
+        if os.environ.get(variable):
+            return f"{variable}={os.environ[variable]}"
+    return None
+
+
+def bf16_emulation_warning(flags: frozenset[str], ceiling: str | None = None) -> str | None:
+    """A warning for a bf16 run that has no native bf16: on a CPU without it, or under a oneDNN
+    ceiling (``onednn_ceiling``) below it. None when native, or the flags are unknown."""
+    if flags and not flags & NATIVE_BF16_FLAGS:
+        return ("bf16 is emulated on this CPU (neither avx512_bf16 nor amx_bf16 in its flags): "
+                "expect it several times slower than fp32; the figure measures the emulation")
+    if ceiling and ceiling.partition("=")[2].upper() in CEILINGS_WITHOUT_BF16:
+        return (f"bf16 is emulated: oneDNN's instruction-set ceiling {ceiling} holds no bf16 instructions, "
+                "whatever this CPU has; the figure measures the emulation")
+    return None
 
 
 # Linux's arch_prctl (x86-64): AMX's tile data is a CPU state the kernel hands out only on request

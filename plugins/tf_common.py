@@ -202,11 +202,15 @@ def onednn_setting() -> str:
     """Whether TensorFlow runs its oneDNN ops, read back from TensorFlow (which decides from
     TF_ENABLE_ONEDNN_OPTS and, when unset, from the CPU: 2.21 turns it on by default only with
     AVX-512 VNNI/bf16 or AMX)."""
-    from tensorflow.python.util import _pywrap_util_port
-
     asked = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     source = f"TF_ENABLE_ONEDNN_OPTS={asked}" if asked is not None else "TensorFlow's default on this CPU"
-    return f"{'on' if _pywrap_util_port.IsMklEnabled() else 'off'} ({source})"
+    return f"{'on' if _onednn_enabled() else 'off'} ({source})"
+
+
+def _onednn_enabled() -> bool:
+    from tensorflow.python.util import _pywrap_util_port
+
+    return _pywrap_util_port.IsMklEnabled()
 
 
 def build_model(keras, config: RunConfig, channels: int = 3):
@@ -444,12 +448,18 @@ class TrainingRun:
 
 
 def cpu_precision_warnings(config: RunConfig) -> list[str]:
+    """Why this run's bf16 is emulated, if it is: the CPU, TensorFlow's oneDNN ops off (its Eigen
+    kernels compute bf16 in fp32), or a oneDNN ceiling below bf16 (read from the environment)."""
     if config.device != "cpu" or config.precision != "bf16":
         return []
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_warning
+    from accelbench.plugins.cpu_features import bf16_emulation_warning, onednn_ceiling
 
-    warning = bf16_emulation_warning(cpu_flags())
+    onednn = _onednn_enabled()
+    warning = bf16_emulation_warning(cpu_flags(), onednn_ceiling() if onednn else None)
+    if warning is None and not onednn:
+        warning = (f"bf16 is emulated: TensorFlow's oneDNN ops are {onednn_setting()}, and its Eigen kernels "
+                   "compute bf16 in fp32; the figure measures the emulation")
     return [warning] if warning else []
 
 

@@ -3,6 +3,8 @@ for MXNet), with tiny shapes on the CPU. The first test makes the environment (c
 
 import pytest
 
+from accelbench.environment import cpu_flags
+from accelbench.plugins.cpu_features import bf16_emulation_warning
 from conftest import assert_measured_allocator, assert_measured_huge_pages, loss_falls, run_backend
 
 pytestmark = pytest.mark.jax
@@ -34,6 +36,9 @@ def test_flax_loss_falls_with_bf16_compute_and_fp32_parameters():
     # read back from the model: the convolutions compute in bf16, the parameters stay fp32
     assert record["settings"]["compute_dtype"] == "bfloat16" and record["settings"]["variable_dtype"] == "float32"
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+    # a CPU without bf16 (Zen 3): the record says its bf16 is emulated; one with it: no such warning
+    emulated = bf16_emulation_warning(cpu_flags())
+    assert [w for w in record["warnings"] if "emulated" in w] == ([emulated] if emulated else [])
 
 
 def test_flax_fp32_computes_in_fp32():

@@ -91,6 +91,9 @@ def test_mxnet_bf16_runs_through_amp():
     else:
         assert record["settings"]["onednn_max_cpu_isa"] == os.environ.get("DNNL_MAX_CPU_ISA")  # None: oneDNN's own
         assert "amx" not in kernel and "AMX" not in isa, (kernel, isa)
+    # native bf16 (oneDNN names it in its instruction set) or a record that says it is emulated
+    emulated = [w for w in record["warnings"] if "emulated" in w]
+    assert bool(emulated) == ("bfloat16" not in isa), (isa, record["warnings"])
 
 
 def test_a_users_onednn_ceiling_stands_and_the_record_reads_what_onednn_ran(monkeypatch):
@@ -107,6 +110,10 @@ def test_a_users_onednn_ceiling_stands_and_the_record_reads_what_onednn_ran(monk
     # plain AVX-512: oneDNN's bf16 convolution in emulation, whatever the CPU has beyond it
     assert settings["onednn_convolution"].endswith(":avx512_core"), settings["onednn_convolution"]
     assert "bfloat16" not in settings["onednn_isa"] and "AMX" not in settings["onednn_isa"]
+    # and the record says the bf16 is emulated, from what oneDNN ran, though the CPU may have bf16
+    assert [w for w in record["warnings"] if "emulated" in w] == [
+        f"bf16 is emulated: MXNet's oneDNN runs on {settings['onednn_isa']!r} (read back from oneDNN), without "
+        "bf16 instructions; the figure measures the emulation"]
 
 
 def test_fp32_records_its_onednn_kernel_too():

@@ -63,6 +63,29 @@ def test_tf_benchmarks_bf16_records_bf16():
     assert record["settings"]["variable_dtype"] == "float32"
 
 
+@pytest.mark.parametrize("environment, emulated_by", [
+    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "bf16 is emulated: TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0)"),
+    ({"TF_ENABLE_ONEDNN_OPTS": "1", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+     "bf16 is emulated: oneDNN's instruction-set ceiling ONEDNN_MAX_CPU_ISA=AVX512_CORE"),
+    ({"TF_ENABLE_ONEDNN_OPTS": "1"}, None),
+])
+def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environment, emulated_by):
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    for variable, value in environment.items():  # the worker inherits the host's environment
+        monkeypatch.setenv(variable, value)
+    record = run_backend("tf_benchmarks", precision="bf16", timed_steps=2, warmup_steps=1)
+    assert record["status"] == "ok", record["reason"]
+    emulated = [w for w in record["warnings"] if "emulated" in w]
+    on_this_cpu = bf16_emulation_warning(cpu_flags())  # a CPU without bf16 (Zen 3): told first, always
+    if on_this_cpu or emulated_by:
+        assert len(emulated) == 1 and emulated[0].startswith(on_this_cpu or emulated_by), emulated
+    else:
+        assert emulated == []
+
+
 def test_fp16_on_cpu_is_unavailable_not_a_crash():
     record = run_backend("tf_benchmarks", precision="fp16")
     assert record["status"] == "unavailable"

@@ -134,3 +134,32 @@ def test_bf16_emulation_is_told_from_the_cpu_flags(flags, expected):
     assert (warning is not None) == expected
     if expected:
         assert warning.startswith("bf16 is emulated on this CPU")
+
+
+@pytest.mark.parametrize("ceiling, expected", [
+    ("ONEDNN_MAX_CPU_ISA=AVX512_CORE", True), ("DNNL_MAX_CPU_ISA=avx2", True),
+    ("ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI", True), ("ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16", False),
+    ("DNNL_MAX_CPU_ISA=AVX512_CORE_AMX", False), (None, False),
+])
+def test_a_onednn_ceiling_below_bf16_emulates_it_whatever_the_cpu_has(ceiling, expected):
+    from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+    warning = bf16_emulation_warning(frozenset({"avx512f", "avx512_bf16", "amx_bf16"}), ceiling)
+    assert (warning is not None) == expected
+    if expected:
+        assert warning.startswith(f"bf16 is emulated: oneDNN's instruction-set ceiling {ceiling} holds no bf16")
+    # a CPU without bf16 is told first: it holds whatever the ceiling
+    assert bf16_emulation_warning(frozenset({"avx2"}), ceiling).startswith("bf16 is emulated on this CPU")
+
+
+def test_the_onednn_ceiling_is_read_where_onednn_reads_it(monkeypatch):
+    from accelbench.plugins.cpu_features import onednn_ceiling
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    assert onednn_ceiling() is None
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    assert onednn_ceiling() == "DNNL_MAX_CPU_ISA=AVX2"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")  # oneDNN 3.x: the newer name first
+    assert onednn_ceiling() == "ONEDNN_MAX_CPU_ISA=AVX512_CORE"
+    assert onednn_ceiling(("DNNL_MAX_CPU_ISA",)) == "DNNL_MAX_CPU_ISA=AVX2"  # oneDNN 2.x knows only the old

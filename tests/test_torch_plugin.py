@@ -64,6 +64,18 @@ def test_torch_bf16_is_autocast_and_fp16_needs_a_gpu():
     assert fp16["status"] == "unavailable" and "needs a GPU" in fp16["reason"]
 
 
+def test_a_onednn_ceiling_below_bf16_is_recorded_as_emulation(monkeypatch):
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the worker inherits the host's environment
+    record = run_backend("torch_ref", precision="bf16", timed_steps=2, warmup_steps=1, **SMALL)
+    assert record["status"] == "ok", record["reason"]
+    expected = bf16_emulation_warning(cpu_flags()) or "bf16 is emulated: oneDNN's instruction-set ceiling "
+    emulated = [w for w in record["warnings"] if "emulated" in w]
+    assert len(emulated) == 1 and emulated[0].startswith(expected), record["warnings"]
+
+
 def test_torch_two_workers_on_ddp_keep_identical_weights():
     refs = PluginHost().select(["torch_ref"])
     config = RunConfig(workers=2, per_device_batch=4, warmup_steps=1, timed_steps=5, timeout_s=240, **SMALL)

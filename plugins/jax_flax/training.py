@@ -158,6 +158,7 @@ class JaxRun:
         jax = self.jax
         params = jax.tree_util.tree_leaves(self.state[0])
         return Prepared(
+            warnings=self._warnings(),
             device_name=device_name(self.devices[0]),
             flops_per_image=self.flops_per_image, data_placement="device",
             framework_version=jax.__version__,
@@ -172,6 +173,16 @@ class JaxRun:
                       "data_parallel": f"jax.sharding over {len(self.devices)} device(s)",
                       "jit": "jax.jit, state donated", "xla_flags": os.environ.get("XLA_FLAGS", ""),
                       "flops_counted_by": "conv and dense layers of the Flax model (kernel x output shapes)"})
+
+
+    def _warnings(self) -> list[str]:
+        if self.devices[0].platform != "cpu" or self.config.precision != "bf16":
+            return []
+        from accelbench.environment import cpu_flags
+        from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+        warning = bf16_emulation_warning(cpu_flags())  # XLA's CPU backend runs no oneDNN: no ceiling
+        return [warning] if warning else []
 
 
 def _version(distribution: str) -> str:

@@ -6,7 +6,7 @@ import os
 
 from accelbench import Prepared, RunConfig
 from accelbench.backend import training_flops
-from accelbench.plugins.cpu_features import bf16_emulation_warning
+from accelbench.plugins.cpu_features import bf16_emulation_warning, onednn_ceiling
 from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 WEIGHT_DECAY = 1e-4  # torchvision's reference recipe
@@ -270,7 +270,7 @@ class TorchRun:
             return []
         from accelbench.environment import cpu_flags
 
-        warning = bf16_emulation_warning(cpu_flags())
+        warning = bf16_emulation_warning(cpu_flags(), onednn_ceiling())  # PyTorch's convolutions: oneDNN
         return [warning] if warning else []
 
 
