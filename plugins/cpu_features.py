@@ -1,5 +1,6 @@
 """What this CPU runs natively: the one helper the built-in plugins share for it (from the flags
-core reads, ``accelbench.environment.cpu_flags``; no framework is imported here)."""
+core reads, ``accelbench.environment.cpu_flags``, and the ceiling oneDNN is given in the
+environment; no framework is imported here)."""
 
 from __future__ import annotations
 

@@ -174,7 +174,6 @@ class JaxRun:
                       "jit": "jax.jit, state donated", "xla_flags": os.environ.get("XLA_FLAGS", ""),
                       "flops_counted_by": "conv and dense layers of the Flax model (kernel x output shapes)"})
 
-
     def _warnings(self) -> list[str]:
         if self.devices[0].platform != "cpu" or self.config.precision != "bf16":
             return []
