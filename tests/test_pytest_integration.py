@@ -34,8 +34,10 @@ def test_benchmark_json_holds_valid_records_with_true_throughput(testplugins_pat
         assert len(record["trials"][0]["step_times_s"]) == 20
         assert record["settings"]["timed_by"].startswith("pytest-benchmark")
     bench = document["benchmarks"][0]
-    # pytest-benchmark's own host-side timing adds the pipe round-trip (under a millisecond here)
-    assert bench["stats"]["rounds"] == 20 and 0.020 <= bench["stats"]["median"] < 0.021
+    # pytest-benchmark's own host-side timing: one 20 ms step plus the pipe round-trip to the worker
+    # (under a millisecond on an idle machine, 1.3 ms once in CI on two loaded cores); a round
+    # that timed no step, or two, is far outside
+    assert bench["stats"]["rounds"] == 20 and 0.020 <= bench["stats"]["median"] < 0.025
     assert bench["extra_info"]["images_per_sec"] == records[0]["throughput"]["images_per_sec"]
     assert {"global_batch", "per_device_batch", "precision", "framework", "device"} <= set(bench["extra_info"])
 
