@@ -4,7 +4,7 @@ alternating rounds on this machine, so "does it help here" is decided side by si
 A lever changes how the same work is executed, never the work (no fewer FLOPs, no skipped syncs,
 no smaller model, no lower precision): the memory allocator preloaded into the worker, OpenMP
 thread placement, oneDNN's instruction-set ceiling, the inter-op thread pool, a fused optimizer
-update, the tensors' memory format.
+update, the tensors' memory format, a compiler over the model (torch.compile).
 
     python tests/benchmarks/bench_levers.py --plugin torch --lever jemalloc --lever tcmalloc
     python tests/benchmarks/bench_levers.py --rounds 3 --timed 20      # every plugin, every lever
@@ -58,6 +58,9 @@ LEVERS = {
     "mx-aggregate": ([], {"MXNET_OPTIMIZER_AGGREGATION_SIZE": "60"}, ("mxnet",)),
     "torch-fused-sgd": (["--option", "fused_sgd=true"], {}, ("torch",)),
     "torch-nchw": (["--option", "memory_format=contiguous"], {}, ("torch",)),
+    # TorchInductor's kernels for the model's forward and backward: its first step compiles (minutes
+    # on a few cores), so give it warm-up steps enough for the compile to be behind the timed ones
+    "torch-compile": (["--option", "compile=true"], {}, ("torch",)),
 }
 
 
