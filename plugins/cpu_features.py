@@ -1,12 +1,17 @@
 """What this CPU runs natively: the one helper the built-in plugins share for it (from the flags
-core reads, ``accelbench.environment.cpu_flags``, and the ceiling oneDNN is given in the
-environment; no framework is imported here)."""
+core reads, ``accelbench.environment.cpu_flags``, the ceiling oneDNN is given in the environment,
+and what oneDNN's verbose log says it ran; no framework is imported here)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
 
 #: either gives the CPU native bf16 dot products (AMD Zen 4, Intel Cooper Lake / Sapphire Rapids)
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -39,6 +44,59 @@ def bf16_emulation_warning(flags: frozenset[str], ceiling: str | None = None) ->
         return (f"bf16 is emulated: oneDNN's instruction-set ceiling {ceiling} holds no bf16 instructions, "
                 "whatever this CPU has; the figure measures the emulation")
     return None
+
+
+# oneDNN 2.x writes "dnnl_verbose,info,..." and "dnnl_verbose,exec,cpu,convolution,<kernel>,...";
+# 3.x "onednn_verbose,v1,info,..." and "onednn_verbose,v1,primitive,exec,cpu,convolution,<kernel>,..."
+_VERBOSE_ISA = re.compile(r"(?:dnnl|onednn)_verbose,(?:v\d+,)?info,cpu,isa:(.+)")
+_VERBOSE_CONVOLUTION = re.compile(r"(?:dnnl|onednn)_verbose,(?:v\d+,)?(?:primitive,)?exec,cpu,convolution,([^,]+),")
+
+
+def onednn_verbose_read_back(log: str) -> dict[str, str | None]:
+    """The instruction set oneDNN says it runs on and the kernel of the first convolution in its
+    verbose log (None for either it did not print)."""
+    isa, convolution = _VERBOSE_ISA.search(log), _VERBOSE_CONVOLUTION.search(log)
+    return {"onednn_isa": isa.group(1).strip() if isa else None,
+            "onednn_convolution": convolution.group(1) if convolution else None}
+
+
+class CapturedOutput:
+    text = ""
+
+
+@contextlib.contextmanager
+def c_stdout_captured() -> Iterator[CapturedOutput]:
+    """This process's file descriptor 1 caught in a file while the block runs: what a C++ library
+    prints (oneDNN's verbose log) passes by Python's sys.stdout. ``.text`` holds it after the block."""
+    captured = CapturedOutput()
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+") as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            captured.text = sink.read()
+
+
+def bf16_emulation_from_onednn(framework: str, read_back: dict[str, str | None], flags: frozenset[str],
+                               ceiling_variables: tuple[str, ...] = ONEDNN_CEILING_VARIABLES) -> str | None:
+    """A warning for a bf16 run from the kernel oneDNN ran a bf16 convolution with (``read_back``:
+    ``onednn_verbose_read_back``): its name ends in the instruction set it runs ("brg_conv_fwd:
+    avx512_core_bf16", "jit_bf16:avx512_core"), emulated where that set holds no bf16 dot product.
+    Where oneDNN ran none, or names a set this cannot tell, from the CPU flags and the ceiling."""
+    kernel = read_back.get("onednn_convolution") or ""
+    kernel_isa = kernel.rpartition(":")[2].upper() if ":" in kernel else ""
+    if kernel_isa in CEILINGS_WITHOUT_BF16:
+        return (f"bf16 is emulated: {framework}'s oneDNN ran its bf16 convolution with {kernel!r} on "
+                f"{read_back.get('onednn_isa')!r} (read back from oneDNN), without bf16 instructions; "
+                "the figure measures the emulation")
+    if "BF16" in kernel_isa or "AMX" in kernel_isa:
+        return None
+    return bf16_emulation_warning(flags, onednn_ceiling(ceiling_variables))
 
 
 # Linux's arch_prctl (x86-64): AMX's tile data is a CPU state the kernel hands out only on request

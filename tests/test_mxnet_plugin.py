@@ -112,8 +112,9 @@ def test_a_users_onednn_ceiling_stands_and_the_record_reads_what_onednn_ran(monk
     assert "bfloat16" not in settings["onednn_isa"] and "AMX" not in settings["onednn_isa"]
     # and the record says the bf16 is emulated, from what oneDNN ran, though the CPU may have bf16
     assert [w for w in record["warnings"] if "emulated" in w] == [
-        f"bf16 is emulated: MXNet's oneDNN runs on {settings['onednn_isa']!r} (read back from oneDNN), without "
-        "bf16 instructions; the figure measures the emulation"]
+        f"bf16 is emulated: MXNet's oneDNN ran its bf16 convolution with {settings['onednn_convolution']!r} on "
+        f"{settings['onednn_isa']!r} (read back from oneDNN), without bf16 instructions; the figure measures "
+        "the emulation"]
 
 
 def test_fp32_records_its_onednn_kernel_too():

@@ -163,3 +163,46 @@ def test_the_onednn_ceiling_is_read_where_onednn_reads_it(monkeypatch):
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")  # oneDNN 3.x: the newer name first
     assert onednn_ceiling() == "ONEDNN_MAX_CPU_ISA=AVX512_CORE"
     assert onednn_ceiling(("DNNL_MAX_CPU_ISA",)) == "DNNL_MAX_CPU_ISA=AVX2"  # oneDNN 2.x knows only the old
+
+
+# oneDNN's own lines: 2.4 (mxnet 1.9.1's) and 3.12 (PyTorch 2.14's), as they printed on this project's machines
+ONEDNN_2_LOG = """dnnl_verbose,info,oneDNN v2.4.4 (commit 1234)
+dnnl_verbose,info,cpu,isa:Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions
+dnnl_verbose,exec,cpu,convolution,jit_bf16:avx512_core,forward_training,src_bf16::blocked:aBcd16b:f0,,0.5
+"""
+ONEDNN_3_LOG = """onednn_verbose,v1,info,oneDNN v3.12.0 (commit 80afa71)
+onednn_verbose,v1,info,cpu,isa:Intel AVX10.1 and Intel AMX with bfloat16 and 8-bit integer support
+onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:bf16::blocked:acdb::f0,,32x32x3x3,0.01
+onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx10_1_512_amx,forward_training,src:bf16,,0.4
+"""
+
+
+@pytest.mark.parametrize("log, isa, kernel", [
+    (ONEDNN_2_LOG, "Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions", "jit_bf16:avx512_core"),
+    (ONEDNN_3_LOG, "Intel AVX10.1 and Intel AMX with bfloat16 and 8-bit integer support", "brg_conv_fwd:avx10_1_512_amx"),
+    ("some other output\n", None, None),
+])
+def test_onednn_verbose_logs_of_both_formats_are_read(log, isa, kernel):
+    from accelbench.plugins.cpu_features import onednn_verbose_read_back
+
+    assert onednn_verbose_read_back(log) == {"onednn_isa": isa, "onednn_convolution": kernel}
+
+
+@pytest.mark.parametrize("kernel, flags, expected", [
+    ("brg_conv_fwd:avx10_1_512_amx", {"avx2"}, None),  # what oneDNN ran outranks the flags
+    ("brgconv:avx512_core_amx_bf16", set(), None),
+    ("brg_conv_fwd:avx512_core_bf16", set(), None),
+    ("jit_bf16:avx512_core", {"avx512_bf16", "amx_bf16"}, "bf16 is emulated: X's oneDNN ran its bf16 convolution"),
+    ("jit:avx2", {"avx2"}, "bf16 is emulated: X's oneDNN ran its bf16 convolution"),
+    (None, {"avx2"}, "bf16 is emulated on this CPU"),  # oneDNN ran none: the CPU's flags tell
+    (None, {"avx512_bf16"}, None),
+    ("gemm:jit", {"avx2"}, "bf16 is emulated on this CPU"),  # no instruction set in its name
+])
+def test_bf16_emulation_is_told_from_the_kernel_onednn_ran(kernel, flags, expected, monkeypatch):
+    from accelbench.plugins.cpu_features import bf16_emulation_from_onednn
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    warning = bf16_emulation_from_onednn("X", {"onednn_isa": "Intel AVX2", "onednn_convolution": kernel},
+                                         frozenset(flags))
+    assert warning is None if expected is None else warning.startswith(expected), warning

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -60,8 +61,52 @@ def test_torch_bf16_is_autocast_and_fp16_needs_a_gpu():
     assert bf16["status"] == "ok", bf16["reason"]
     assert bf16["precision"] == "bf16" and bf16["settings"]["autocast_dtype"] == "bfloat16"
     assert bf16["settings"]["variable_dtype"] == "float32"  # autocast: fp32 weights, bf16 compute
+    assert_onednn_read_back(bf16)
     fp16 = run_backend("torch_ref", precision="fp16", **SMALL)
     assert fp16["status"] == "unavailable" and "needs a GPU" in fp16["reason"]
+
+
+def assert_onednn_read_back(bf16: dict) -> None:
+    """What PyTorch's oneDNN ran a bf16 convolution with, as its own verbose log says: on a CPU
+    with native bf16 a bf16 kernel (AMX where the CPU has it) and no emulation warning."""
+    from accelbench.environment import cpu_flags
+
+    flags, settings = cpu_flags(), bf16["settings"]
+    emulated = [w for w in bf16["warnings"] if "emulated" in w]
+    if not flags & {"avx512_bf16", "amx_bf16"} or os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        return  # told by the tests of emulation
+    kernel, isa = settings["onednn_convolution"], settings["onednn_isa"]
+    assert "bfloat16" in isa and ("amx" in kernel if "amx_bf16" in flags else "bf16" in kernel), (kernel, isa)
+    assert emulated == [], bf16["warnings"]
+
+
+def test_fp32_records_the_onednn_kernel_it_ran():
+    from accelbench.environment import cpu_flags
+
+    record = run_backend("torch_ref", timed_steps=1, warmup_steps=0, **SMALL)
+    kernel, isa = record["settings"]["onednn_convolution"], record["settings"]["onednn_isa"]
+    if "avx2" not in cpu_flags():
+        pytest.skip("oneDNN's x86 kernels are what this reads back")
+    assert kernel and ":" in kernel and "bf16" not in kernel, kernel
+    assert isa.startswith("Intel"), isa  # oneDNN's own words ("Intel AVX2", "Intel AVX-512 with ...")
+
+
+def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
+    from accelbench.environment import cpu_flags
+
+    if not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags():
+        pytest.skip("no AVX-512 on this CPU")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")  # the worker inherits the host's environment
+    record = run_backend("torch_ref", precision="bf16", timed_steps=2, warmup_steps=1, **SMALL)
+    assert record["status"] == "ok", record["reason"]
+    settings = record["settings"]
+    # plain AVX-512: oneDNN's bf16 convolution in emulation, whatever the CPU has beyond it
+    assert settings["onednn_convolution"].endswith(":avx512_core"), settings["onednn_convolution"]
+    assert "bfloat16" not in settings["onednn_isa"] and "AMX" not in settings["onednn_isa"]
+    assert [w for w in record["warnings"] if "emulated" in w] == [
+        f"bf16 is emulated: PyTorch's oneDNN ran its bf16 convolution with {settings['onednn_convolution']!r} on "
+        f"{settings['onednn_isa']!r} (read back from oneDNN), without bf16 instructions; the figure measures "
+        "the emulation"]
 
 
 def test_a_onednn_ceiling_below_bf16_is_recorded_as_emulation(monkeypatch):

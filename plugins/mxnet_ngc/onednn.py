@@ -11,19 +11,16 @@ ResNet-50 training step ran 2.3x as fast on a 2-core Sapphire Rapids-class Xeon 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 
 from accelbench.environment import cpu_flags
-from accelbench.plugins.cpu_features import request_amx_tiles
+from accelbench.plugins.cpu_features import onednn_verbose_read_back, request_amx_tiles
 
 #: the name oneDNN 2.4 reads its ISA ceiling from (ONEDNN_MAX_CPU_ISA came later and is ignored)
 ISA_VARIABLE = "DNNL_MAX_CPU_ISA"
 AMX_CEILING = "AVX512_CORE_AMX"
 PROBE_TIMEOUT_S = 120
-_ISA_LINE = re.compile(r"dnnl_verbose,info,cpu,isa:(.+)")
-_CONVOLUTION_LINE = re.compile(r"dnnl_verbose,exec,cpu,convolution,([^,]+),")
 
 
 def allow_amx() -> None:
@@ -49,10 +46,7 @@ def read_back(precision: str) -> dict[str, str | None]:
     """
     out = subprocess.run([sys.executable, "-m", __name__, precision], capture_output=True, text=True,
                          env={**os.environ, "DNNL_VERBOSE": "1"}, timeout=PROBE_TIMEOUT_S)
-    log = out.stdout + out.stderr
-    isa, convolution = _ISA_LINE.search(log), _CONVOLUTION_LINE.search(log)
-    return {"onednn_isa": isa.group(1).strip() if isa else None,
-            "onednn_convolution": convolution.group(1) if convolution else None}
+    return onednn_verbose_read_back(out.stdout + out.stderr)
 
 
 def _run_one_convolution(precision: str) -> None:

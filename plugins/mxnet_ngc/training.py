@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from accelbench import Prepared, RunConfig, environment
-from accelbench.plugins.cpu_features import bf16_emulation_warning, onednn_ceiling
+from accelbench.plugins.cpu_features import bf16_emulation_from_onednn
 from accelbench.backend import training_flops
 
 from . import onednn
@@ -196,7 +196,7 @@ class GluonRun:
     def prepared(self) -> Prepared:
         mx = self.mx
         onednn_settings = self._onednn_settings()
-        emulated = self._bf16_emulation(onednn_settings.get("onednn_isa"))
+        emulated = self._bf16_emulation(onednn_settings)
         return Prepared(
             warnings=[emulated] if emulated else [],
             device_name=_device_name(self.config),
@@ -225,17 +225,12 @@ class GluonRun:
             return {}
         return {"onednn_max_cpu_isa": onednn.ceiling(), **onednn.read_back(self.config.precision)}
 
-    def _bf16_emulation(self, isa: str | None) -> str | None:
-        """Why this run's bf16 is emulated, told from the instruction set oneDNN said it runs on
-        (oneDNN names bfloat16 in it where it has bf16 instructions), else from the CPU and ceiling."""
+    def _bf16_emulation(self, onednn_settings: dict[str, str | None]) -> str | None:
+        """Why this run's bf16 is emulated, told from the kernel oneDNN said it ran (else from the
+        CPU and the ceiling oneDNN 2.4 reads)."""
         if self.config.device != "cpu" or self.config.precision != "bf16":
             return None
-        if isa is None:  # oneDNN did not say
-            return bf16_emulation_warning(environment.cpu_flags(), onednn_ceiling((onednn.ISA_VARIABLE,)))
-        if "bfloat16" in isa:
-            return None
-        return (f"bf16 is emulated: MXNet's oneDNN runs on {isa!r} (read back from oneDNN), without bf16 "
-                "instructions; the figure measures the emulation")
+        return bf16_emulation_from_onednn("MXNet", onednn_settings, environment.cpu_flags(), (onednn.ISA_VARIABLE,))
 
     def _trained_conv_biases(self) -> bool:
         return any(p.grad_req != "null" for p in self.net.collect_params(CONV_BIASES).values())

@@ -6,7 +6,7 @@ import os
 
 from accelbench import Prepared, RunConfig
 from accelbench.backend import training_flops
-from accelbench.plugins.cpu_features import bf16_emulation_warning, onednn_ceiling
+from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, c_stdout_captured, onednn_verbose_read_back
 from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 WEIGHT_DECAY = 1e-4  # torchvision's reference recipe
@@ -233,13 +233,15 @@ class TorchRun:
     def prepared(self) -> Prepared:
         torch = self.torch
         conv = next(m for m in self.model.modules() if isinstance(m, torch.nn.Conv2d))
+        onednn = self._onednn_read_back()
         return Prepared(
             device_name=self._device_name(),
             flops_per_image=self.flops_per_image,
             data_placement="device",
             framework_version=torch.__version__,
-            warnings=self._warnings(),
+            warnings=self._warnings(onednn),
             settings={
+                **onednn,
                 "torchvision": _version("torchvision"),
                 "parameters": self.parameters,
                 "optimizer": "SGD" + (" + GradScaler" if self.scaler else ""),
@@ -265,12 +267,28 @@ class TorchRun:
     def _device_name(self) -> str:
         return device_name(self.torch, self.device)
 
-    def _warnings(self) -> list[str]:
+    def _onednn_read_back(self) -> dict[str, str | None]:
+        """oneDNN's instruction set and the kernel it picks for a small channels-last convolution at
+        this run's precision (autocast, as the step runs it), from the verbose log PyTorch's oneDNN
+        writes to this process's stdout while its switch is on. None where PyTorch sent it no
+        convolution (a GPU, oneDNN off, or a bf16 convolution PyTorch computes by itself); oneDNN
+        prints its instruction set once a process, so this is asked once, before the step runs."""
+        torch = self.torch
+        if self.device.type != "cpu" or not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+            return {"onednn_isa": None, "onednn_convolution": None}
+        conv = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False).to(memory_format=torch.channels_last)
+        images = torch.ones(2, 32, 14, 14).contiguous(memory_format=torch.channels_last)
+        with c_stdout_captured() as log, torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+            with torch.no_grad(), self._autocast():
+                conv(images)
+        return onednn_verbose_read_back(log.text)
+
+    def _warnings(self, onednn: dict[str, str | None]) -> list[str]:
         if self.config.device != "cpu" or self.config.precision != "bf16":
             return []
         from accelbench.environment import cpu_flags
 
-        warning = bf16_emulation_warning(cpu_flags(), onednn_ceiling())  # PyTorch's convolutions: oneDNN
+        warning = bf16_emulation_from_onednn("PyTorch", onednn, cpu_flags())  # its convolutions: oneDNN
         return [warning] if warning else []
 
 
