@@ -76,6 +76,19 @@ def run_backend(plugin: str, **config) -> dict:
     return record
 
 
+def assert_emulated_under_plain_avx512(record: dict, framework: str) -> None:
+    """A bf16 record run under a oneDNN ceiling of plain AVX-512: oneDNN's own log says it ran its
+    bf16 convolution in emulation (whatever the CPU has beyond that ceiling), and the record warns
+    of exactly that, from what oneDNN ran."""
+    assert record["status"] == "ok", record["reason"]
+    kernel, isa = record["settings"]["onednn_convolution"], record["settings"]["onednn_isa"]
+    assert kernel.endswith(":avx512_core"), kernel
+    assert "bfloat16" not in isa and "AMX" not in isa, isa
+    assert [w for w in record["warnings"] if "emulated" in w] == [
+        f"bf16 is emulated: {framework}'s oneDNN ran its bf16 convolution with {kernel!r} on {isa!r} (read back "
+        "from oneDNN), without bf16 instructions; the figure measures the emulation"]
+
+
 def assert_measured_huge_pages(record: dict, measured: bool) -> None:
     """A plugin that measured its allocator faster in transparent huge pages
     (``BackendInfo.huge_pages``) runs with them where this machine can give them, and its worker's

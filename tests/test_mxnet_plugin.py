@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import assert_measured_allocator, assert_measured_huge_pages, loss_falls, run_backend
+from conftest import assert_emulated_under_plain_avx512, assert_measured_allocator, assert_measured_huge_pages, loss_falls, run_backend
 
 # not importorskip: importing mxnet here would need numpy's removed aliases in the test process
 if importlib.util.find_spec("mxnet") is None:
@@ -104,17 +104,8 @@ def test_a_users_onednn_ceiling_stands_and_the_record_reads_what_onednn_ran(monk
         pytest.skip("no AVX-512 on this CPU")
     monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE")  # the worker inherits the host's environment
     record = run_backend("mxnet_ngc", precision="bf16")
-    assert record["status"] == "ok", record["reason"]
-    settings = record["settings"]
-    assert settings["onednn_max_cpu_isa"] == "AVX512_CORE"
-    # plain AVX-512: oneDNN's bf16 convolution in emulation, whatever the CPU has beyond it
-    assert settings["onednn_convolution"].endswith(":avx512_core"), settings["onednn_convolution"]
-    assert "bfloat16" not in settings["onednn_isa"] and "AMX" not in settings["onednn_isa"]
-    # and the record says the bf16 is emulated, from what oneDNN ran, though the CPU may have bf16
-    assert [w for w in record["warnings"] if "emulated" in w] == [
-        f"bf16 is emulated: MXNet's oneDNN ran its bf16 convolution with {settings['onednn_convolution']!r} on "
-        f"{settings['onednn_isa']!r} (read back from oneDNN), without bf16 instructions; the figure measures "
-        "the emulation"]
+    assert_emulated_under_plain_avx512(record, "MXNet")
+    assert record["settings"]["onednn_max_cpu_isa"] == "AVX512_CORE"
 
 
 def test_fp32_records_its_onednn_kernel_too():

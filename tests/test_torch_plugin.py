@@ -9,7 +9,8 @@ import pytest
 from accelbench import records, runner
 from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
-from conftest import assert_measured_allocator, assert_measured_huge_pages, load_records, loss_falls, run_backend
+from conftest import (assert_emulated_under_plain_avx512, assert_measured_allocator, assert_measured_huge_pages,
+                      load_records, loss_falls, run_backend)
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("PyTorch not installed (pip install accelbench[torch])", allow_module_level=True)
@@ -98,15 +99,7 @@ def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
         pytest.skip("no AVX-512 on this CPU")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")  # the worker inherits the host's environment
     record = run_backend("torch_ref", precision="bf16", timed_steps=2, warmup_steps=1, **SMALL)
-    assert record["status"] == "ok", record["reason"]
-    settings = record["settings"]
-    # plain AVX-512: oneDNN's bf16 convolution in emulation, whatever the CPU has beyond it
-    assert settings["onednn_convolution"].endswith(":avx512_core"), settings["onednn_convolution"]
-    assert "bfloat16" not in settings["onednn_isa"] and "AMX" not in settings["onednn_isa"]
-    assert [w for w in record["warnings"] if "emulated" in w] == [
-        f"bf16 is emulated: PyTorch's oneDNN ran its bf16 convolution with {settings['onednn_convolution']!r} on "
-        f"{settings['onednn_isa']!r} (read back from oneDNN), without bf16 instructions; the figure measures "
-        "the emulation"]
+    assert_emulated_under_plain_avx512(record, "PyTorch")
 
 
 def test_a_onednn_ceiling_below_bf16_is_recorded_as_emulation(monkeypatch):
