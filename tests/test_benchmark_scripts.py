@@ -158,3 +158,22 @@ def test_a_lever_is_measured_against_a_baseline_it_changes(monkeypatch):
 def test_every_lever_is_named_in_the_readme():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert [lever for lever in bench_levers.LEVERS if f"`{lever}`" not in readme] == []
+
+
+def test_a_result_prints_as_a_readme_table_row():
+    result = {"case": "torch-fp32", "batch": 8, "accelbench": 8.88, "reference": 8.90, "ratio": 0.997,
+              "pooled_ratio": 0.9971, "ci95": (0.986, 1.009), "round_ratios": [1.019, 0.990, 0.983],
+              "gflops_per_s": 217.84, "utilisation": 0.491, "reference_utilisation": 0.4925, "what": "bare loop",
+              "allocator": "tcmalloc", "huge_pages": "off", "steps": (5, 15), "label": "`torch_ref` v1.5 fp32",
+              "measured_utc": "22:49-22:55"}
+    cells = [c.strip() for c in bench_reference.markdown_row(result).split("|")[1:-1]]
+    assert len(cells) == len(bench_reference.MARKDOWN_HEADER.splitlines()[0].split("|")[1:-1]) == 13
+    assert cells == ["`torch_ref` v1.5 fp32 (tcmalloc)", "8", "5 + 15", "8.88", "8.90", "0.997", "0.986–1.009",
+                     "0.997", "1.019 0.990 0.983", "217.8", "49% / 49%", "bare loop `bare_torch.py --precision fp32`",
+                     "22:49-22:55"]
+    # bold only where the interval excludes 1, on either side; no interval under 3 rounds
+    assert "| **1.041** |" in bench_reference.markdown_row({**result, "ratio": 1.041, "ci95": (1.033, 1.049)})
+    assert "| **0.950** |" in bench_reference.markdown_row({**result, "ratio": 0.950, "ci95": (0.94, 0.96)})
+    assert "| 1.041 | – |" in bench_reference.markdown_row({**result, "ratio": 1.041, "ci95": (1.041, 1.041)})
+    failed = bench_reference.markdown_row({"case": "tf-bf16", "batch": 32, "failed": "Model Garden failed:\n..."})
+    assert failed == "| tf-bf16 | 32 | failed: Model Garden failed: ... |"

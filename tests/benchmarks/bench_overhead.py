@@ -52,7 +52,7 @@ def kept(folder, name):
 
 def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     """One `accelbench run`; returns (images, wall seconds) of its timed steps; `seen` gets the
-    record's FLOPs per image and settings; `env`: variables added to the run's environment;
+    record's FLOPs per image, settings and a label (plugin, variant, precision); `env`: variables added to the run's environment;
     `keep`: a folder the run's results file is copied into, named by its record's time."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
@@ -69,6 +69,8 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
         seen["peak_per_sec"] = record["flops"].get("peak_per_sec")  # when accelbench peak ran here
         seen["settings"] = record["settings"]
         seen["python"] = record["environment"].get("worker", {}).get("python", sys.executable)
+        seen["label"] = " ".join(filter(None, (f"`{record['plugin']['name']}`", record["model"]["variant"],
+                                               record["precision"])))
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
 
 

@@ -40,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench_overhead import MIN_RATIO, alternate, exit_if_below, paired, run_accelbench, run_bare
@@ -163,6 +164,7 @@ def measure(name, batch, options):
                "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"],
                                     keep=options.keep_records, env=onednn_ceiling_of(seen),
                                     huge_pages=huge_pages_of(seen))}
+    started = time.strftime("%H:%M", time.gmtime())
     rate, per_round = alternate(f"{name} batch {batch}", {
         "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
         "reference": runners[kind]}, options.rounds)
@@ -179,7 +181,8 @@ def measure(name, batch, options):
             "utilisation": gflops * 1e9 / peak if peak else None,
             "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
             "what": WHAT[kind], "allocator": malloc_of(seen),
-            "huge_pages": huge_pages_of(seen), "steps": (warmup, timed)}
+            "huge_pages": huge_pages_of(seen), "steps": (warmup, timed), "label": seen["label"],
+            "measured_utc": f"{started}-{time.strftime('%H:%M', time.gmtime())}"}
 
 
 def measured_or_failed(name, batch, options):
@@ -208,6 +211,27 @@ def table_row(r):
             f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {r['what']}"
             f" (plugin's malloc: {r['allocator']}, huge pages {r['huge_pages']};"
             f" {r['steps'][0]} + {r['steps'][1]} steps)")
+
+
+MARKDOWN_HEADER = ("| plugin | batch | steps | accelbench img/s | reference img/s | ratio | 95% CI | pooled | per round "
+                   "| GFLOP/s | of peak (ours / ref) | reference | measured (UTC) |\n" + "|---" * 13 + "|")
+
+
+def markdown_row(r):
+    """One result as a row of the README's tables: the ratio in bold where its interval excludes 1."""
+    if "failed" in r:
+        return f"| {r['case']} | {r['batch']} | failed: {' '.join(r['failed'].split())} |"
+    low, high = r["ci95"]
+    decided = low < high and (low > 1 or high < 1)
+    util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
+    cells = [f"{r['label']} ({r['allocator']})", r["batch"], f"{r['steps'][0]} + {r['steps'][1]}",
+             f"{r['accelbench']:.2f}", f"{r['reference']:.2f}",
+             f"**{r['ratio']:.3f}**" if decided else f"{r['ratio']:.3f}",
+             f"{low:.3f}–{high:.3f}" if low < high else "–", f"{r['pooled_ratio']:.3f}",
+             " ".join(f"{x:.3f}" for x in r["round_ratios"]), f"{r['gflops_per_s']:.1f}",
+             f"{util(r['utilisation'])} / {util(r['reference_utilisation'])}",
+             f"{r['what']} `{' '.join(CASES[r['case']][2])}`", r["measured_utc"]]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def shipped_malloc(choice, seen):
@@ -264,6 +288,8 @@ def main():
     parser.add_argument("--shipped-malloc", choices=["as-shipped", "plugin"], default="as-shipped",
                         help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
                         "(as they ship; default) or the one the plugin's worker had (bare loops always get that)")
+    parser.add_argument("--markdown", action="store_true", help="also print the results as rows of the "
+                        "README's tables (plugin, steps, ratio in bold where its interval excludes 1, UTC times)")
     parser.add_argument("--keep-records", type=Path, help="a folder to keep every accelbench run's results "
                         "file and every bare loop's figures in (to see what made a slow round slow)")
     options = parser.parse_args()
@@ -287,6 +313,10 @@ def main():
     print(TABLE_HEADER)
     for r in results:
         print(table_row(r))
+    if options.markdown:
+        print(f"\n{MARKDOWN_HEADER}")
+        for r in results:
+            print(markdown_row(r))
     failed = [r["case"] for r in results if "failed" in r]
     if failed:
         print(f"failed: {', '.join(failed)}")
