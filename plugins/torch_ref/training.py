@@ -274,13 +274,18 @@ class TorchRun:
         convolution (a GPU, oneDNN off, or a bf16 convolution PyTorch computes by itself); oneDNN
         prints its instruction set once a process, so this is asked once, before the step runs."""
         torch = self.torch
+        unread = {"onednn_isa": None, "onednn_convolution": None}
         if self.device.type != "cpu" or not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
-            return {"onednn_isa": None, "onednn_convolution": None}
-        conv = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False).to(memory_format=torch.channels_last)
-        images = torch.ones(2, 32, 14, 14).contiguous(memory_format=torch.channels_last)
-        with c_stdout_captured() as log, torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
-            with torch.no_grad(), self._autocast():
-                conv(images)
+            return unread
+        # fixed tensors, no module: a layer's random initialisation would move the global RNG
+        images, weights = (torch.ones(shape).contiguous(memory_format=torch.channels_last)
+                           for shape in ((2, 32, 14, 14), (32, 32, 3, 3)))
+        try:
+            with c_stdout_captured() as log, torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                with torch.no_grad(), self._autocast():
+                    torch.nn.functional.conv2d(images, weights, padding=1)
+        except AssertionError:  # how PyTorch says its oneDNN was built without the verbose switch
+            return unread
         return onednn_verbose_read_back(log.text)
 
     def _warnings(self, onednn: dict[str, str | None]) -> list[str]:
