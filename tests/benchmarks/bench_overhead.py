@@ -52,8 +52,9 @@ def kept(folder, name):
 
 def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     """One `accelbench run`; returns (images, wall seconds) of its timed steps; `seen` gets the
-    record's FLOPs per image, settings and a label (plugin, variant, precision); `env`: variables added to the run's environment;
-    `keep`: a folder the run's results file is copied into, named by its record's time."""
+    record's FLOPs per image, settings and a label (plugin, variant, precision); `env`: variables
+    added to the run's environment; `keep`: a folder the run's results file is copied into, named
+    by its record's time."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         subprocess.run([sys.executable, "-m", "accelbench", "run", *args, "--global-batch", str(batch),
