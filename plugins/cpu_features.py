@@ -9,6 +9,7 @@ import ctypes
 import os
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -80,6 +81,35 @@ def c_stdout_captured() -> Iterator[CapturedOutput]:
             os.close(saved)
             sink.seek(0)
             captured.text = sink.read()
+
+
+class OnednnProbe:
+    """oneDNN's verbose log from a probe process, ``python -m module *args``, that runs one small
+    convolution with this process's environment and the verbose switch on: for a framework whose
+    library exports none of oneDNN's functions (TensorFlow's, mxnet's), where oneDNN reads that
+    switch once, at its start, and would then log every primitive of the run. Started when made,
+    so it runs while the worker builds its model; ``read_back`` waits for it."""
+
+    timeout_s = 120
+
+    def __init__(self, module: str, args: tuple[str, ...], verbose_variable: str):
+        self.process = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        env={**os.environ, verbose_variable: "1"})
+        self.result: dict[str, str | None] | None = None
+
+    def read_back(self) -> dict[str, str | None]:
+        """``onednn_verbose_read_back`` of the probe's log (None for what it did not print: a
+        build without the switch, a probe that failed or ran past ``timeout_s``)."""
+        if self.result is None:
+            try:
+                log, _ = self.process.communicate(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                log = ""
+                self.process.communicate()
+            self.result = onednn_verbose_read_back(log)
+        return self.result
 
 
 def bf16_emulation_from_onednn(framework: str, read_back: dict[str, str | None], flags: frozenset[str],

@@ -314,6 +314,8 @@ class TrainingRun:
     def __init__(self, config: RunConfig, recipe: Recipe):
         self.config, self.recipe = config, recipe
         self.tf = tf = import_tensorflow(config)
+        # what TensorFlow's oneDNN runs, read back in a process of its own while this one builds
+        self.onednn_probe = start_onednn_probe(config)
         import tf_keras as keras
 
         self.policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[config.precision]
@@ -414,8 +416,10 @@ class TrainingRun:
     def prepared(self, settings: dict[str, Any]) -> Prepared:
         tf = self.tf
         devices = self._devices()
+        onednn = (self.onednn_probe.read_back() if self.onednn_probe
+                  else {"onednn_isa": None, "onednn_convolution": None})
         return Prepared(
-            warnings=cpu_precision_warnings(self.config),
+            warnings=cpu_precision_warnings(self.config, onednn),
             device_name=_device_name(tf, self.config, devices),
             flops_per_image=training_flops(forward_macs(self.model)),
             steps_per_call=self.recipe.steps_per_call,
@@ -439,6 +443,7 @@ class TrainingRun:
                 "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                 "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
                 "onednn": onednn_setting(),
+                **onednn,
                 **coordination_settings(tf, self.config),
                 "data_format": "channels_last",
                 "conv_biases": any(layer.use_bias for layer in self.model.layers
@@ -447,20 +452,43 @@ class TrainingRun:
             })
 
 
-def cpu_precision_warnings(config: RunConfig) -> list[str]:
-    """Why this run's bf16 is emulated, if it is: the CPU, TensorFlow's oneDNN ops off (its Eigen
-    kernels compute bf16 in fp32), or a oneDNN ceiling below bf16 (read from the environment)."""
+def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> list[str]:
+    """Why this run's bf16 is emulated, if it is: TensorFlow's oneDNN ops off (its Eigen kernels
+    compute bf16 in fp32), else told from the kernel oneDNN said it ran (``onednn``: the probe's
+    read-back), and from the CPU and the ceiling in the environment where it ran none."""
     if config.device != "cpu" or config.precision != "bf16":
         return []
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_warning, onednn_ceiling
+    from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, bf16_emulation_warning
 
-    onednn = _onednn_enabled()
-    warning = bf16_emulation_warning(cpu_flags(), onednn_ceiling() if onednn else None)
-    if warning is None and not onednn:
-        warning = (f"bf16 is emulated: TensorFlow's oneDNN ops are {onednn_setting()}, and its Eigen kernels "
-                   "compute bf16 in fp32; the figure measures the emulation")
+    if _onednn_enabled():
+        warning = bf16_emulation_from_onednn("TensorFlow", onednn, cpu_flags())
+    else:
+        warning = bf16_emulation_warning(cpu_flags()) or (
+            f"bf16 is emulated: TensorFlow's oneDNN ops are {onednn_setting()}, and its Eigen kernels "
+            "compute bf16 in fp32; the figure measures the emulation")
     return [warning] if warning else []
+
+
+def start_onednn_probe(config: RunConfig):
+    """On the CPU with TensorFlow's oneDNN ops on: a probe process (``python -m`` this module) that
+    runs one small convolution at the run's precision with oneDNN's verbose switch on. TensorFlow's
+    oneDNN exports none of its functions and reads that switch once, then logs every primitive it
+    makes, some sixty a ResNet-50 step: the worker cannot ask its own copy."""
+    if config.device != "cpu" or not _onednn_enabled():
+        return None
+    from accelbench.plugins.cpu_features import OnednnProbe
+
+    return OnednnProbe(__name__, (config.precision, str(config.effective_threads)), "ONEDNN_VERBOSE")
+
+
+def _run_one_convolution(precision: str, threads: int) -> None:
+    """The probe: a channels-last 3x3 convolution in the dtype Keras' policy computes it in."""
+    tf = import_tensorflow(None)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    dtype = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}[precision]
+    images, weights = tf.ones((2, 14, 14, 32), dtype), tf.ones((3, 3, 32, 32), dtype)
+    tf.nn.conv2d(images, weights, 1, "SAME").numpy()
 
 
 def _device_name(tf, config: RunConfig, devices) -> str:
@@ -478,3 +506,9 @@ def _version(package: str) -> str:
     from importlib.metadata import version
 
     return version(package.replace("_", "-"))
+
+
+if __name__ == "__main__":
+    import sys
+
+    _run_one_convolution(sys.argv[1], int(sys.argv[2]))

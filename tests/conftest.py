@@ -76,6 +76,21 @@ def run_backend(plugin: str, **config) -> dict:
     return record
 
 
+def assert_onednn_read_back(bf16: dict) -> None:
+    """What a framework's oneDNN ran a bf16 convolution with, as its own verbose log says: on a CPU
+    with native bf16 a bf16 kernel (AMX where the CPU has it) and no emulation warning."""
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import onednn_ceiling
+
+    flags, settings = cpu_flags(), bf16["settings"]
+    emulated = [w for w in bf16["warnings"] if "emulated" in w]
+    if not flags & {"avx512_bf16", "amx_bf16"} or onednn_ceiling():
+        return  # told by the tests of emulation
+    kernel, isa = settings["onednn_convolution"], settings["onednn_isa"]
+    assert "bfloat16" in isa and ("amx" in kernel if "amx_bf16" in flags else "bf16" in kernel), (kernel, isa)
+    assert emulated == [], bf16["warnings"]
+
+
 def assert_emulated_under_plain_avx512(record: dict, framework: str) -> None:
     """A bf16 record run under a oneDNN ceiling of plain AVX-512: oneDNN's own log says it ran its
     bf16 convolution in emulation (whatever the CPU has beyond that ceiling), and the record warns

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from conftest import assert_measured_huge_pages, loss_falls, run_backend
+from conftest import (assert_emulated_under_plain_avx512, assert_measured_huge_pages, assert_onednn_read_back,
+                      loss_falls, run_backend)
 
 # not importorskip: the test process itself must never import a framework (only workers do)
 if importlib.util.find_spec("tensorflow") is None:
@@ -37,6 +38,12 @@ def test_the_onednn_setting_is_read_back_from_tensorflow(monkeypatch, asked, use
     record = run_backend("tf_benchmarks", timed_steps=2, warmup_steps=1)
     assert record["status"] == "ok", record["reason"]
     assert record["settings"]["onednn"] == f"{used} (TF_ENABLE_ONEDNN_OPTS={asked})"
+    # what oneDNN ran, from its own log: nothing where TensorFlow sent it no convolution
+    kernel, isa = record["settings"]["onednn_convolution"], record["settings"]["onednn_isa"]
+    if used == "off":
+        assert kernel is None and isa is None, (kernel, isa)
+    else:  # oneDNN's words: "brg_conv_fwd:avx512_core", "Intel AVX2", "Intel AVX-512 with ..."
+        assert ":" in kernel and "bf16" not in kernel and isa.startswith("Intel"), (kernel, isa)
 
 
 def test_tf_benchmarks_mirrored_over_two_logical_cpus():
@@ -58,6 +65,7 @@ def test_tf_benchmarks_bf16_records_bf16():
     assert (emulated in record["warnings"]) if emulated else not any("emulated" in w for w in record["warnings"])
     assert "cpu_flags" in record["environment"] and set(record["environment"]["cpu_flags"]) <= cpu_flags()
     assert record["status"] == "ok", record["reason"]
+    assert_onednn_read_back(record)
     assert record["precision"] == "bf16"
     assert record["settings"]["compute_dtype"] == "bfloat16"
     assert record["settings"]["variable_dtype"] == "float32"
@@ -65,8 +73,6 @@ def test_tf_benchmarks_bf16_records_bf16():
 
 @pytest.mark.parametrize("environment, emulated_by", [
     ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "bf16 is emulated: TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0)"),
-    ({"TF_ENABLE_ONEDNN_OPTS": "1", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
-     "bf16 is emulated: oneDNN's instruction-set ceiling ONEDNN_MAX_CPU_ISA=AVX512_CORE"),
     ({"TF_ENABLE_ONEDNN_OPTS": "1"}, None),
 ])
 def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environment, emulated_by):
@@ -84,6 +90,18 @@ def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environmen
         assert len(emulated) == 1 and emulated[0].startswith(on_this_cpu or emulated_by), emulated
     else:
         assert emulated == []
+
+
+def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import NATIVE_BF16_FLAGS
+
+    if not cpu_flags() & NATIVE_BF16_FLAGS:
+        pytest.skip("TensorFlow sends oneDNN bf16 convolutions only where the CPU has bf16")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")  # the worker inherits the host's environment
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    record = run_backend("tf_benchmarks", precision="bf16", timed_steps=2, warmup_steps=1)
+    assert_emulated_under_plain_avx512(record, "TensorFlow")
 
 
 def test_fp16_on_cpu_is_unavailable_not_a_crash():

@@ -188,6 +188,18 @@ def test_onednn_verbose_logs_of_both_formats_are_read(log, isa, kernel):
     assert onednn_verbose_read_back(log) == {"onednn_isa": isa, "onednn_convolution": kernel}
 
 
+def test_a_onednn_probe_that_fails_or_hangs_reads_back_nothing(monkeypatch):
+    from accelbench.plugins.cpu_features import OnednnProbe
+
+    unread = {"onednn_isa": None, "onednn_convolution": None}
+    assert OnednnProbe("accelbench_no_such_probe", (), "ONEDNN_VERBOSE").read_back() == unread
+    monkeypatch.setattr(OnednnProbe, "timeout_s", 0.5)
+    started = time.monotonic()
+    hanging = OnednnProbe("timeit", ("-n1", "-r1", "import time; time.sleep(30)"), "ONEDNN_VERBOSE")
+    assert hanging.read_back() == unread and time.monotonic() - started < 10
+    assert hanging.process.returncode is not None  # killed, not left running
+
+
 @pytest.mark.parametrize("kernel, flags, expected", [
     ("brg_conv_fwd:avx10_1_512_amx", {"avx2"}, None),  # what oneDNN ran outranks the flags
     ("brgconv:avx512_core_amx_bf16", set(), None),

@@ -9,7 +9,7 @@ from accelbench import records, runner
 from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
 from conftest import (assert_emulated_under_plain_avx512, assert_measured_allocator, assert_measured_huge_pages,
-                      load_records, loss_falls, run_backend)
+                      assert_onednn_read_back, load_records, loss_falls, run_backend)
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("PyTorch not installed (pip install accelbench[torch])", allow_module_level=True)
@@ -64,21 +64,6 @@ def test_torch_bf16_is_autocast_and_fp16_needs_a_gpu():
     assert_onednn_read_back(bf16)
     fp16 = run_backend("torch_ref", precision="fp16", **SMALL)
     assert fp16["status"] == "unavailable" and "needs a GPU" in fp16["reason"]
-
-
-def assert_onednn_read_back(bf16: dict) -> None:
-    """What PyTorch's oneDNN ran a bf16 convolution with, as its own verbose log says: on a CPU
-    with native bf16 a bf16 kernel (AMX where the CPU has it) and no emulation warning."""
-    from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import onednn_ceiling
-
-    flags, settings = cpu_flags(), bf16["settings"]
-    emulated = [w for w in bf16["warnings"] if "emulated" in w]
-    if not flags & {"avx512_bf16", "amx_bf16"} or onednn_ceiling():
-        return  # told by the tests of emulation
-    kernel, isa = settings["onednn_convolution"], settings["onednn_isa"]
-    assert "bfloat16" in isa and ("amx" in kernel if "amx_bf16" in flags else "bf16" in kernel), (kernel, isa)
-    assert emulated == [], bf16["warnings"]
 
 
 def test_fp32_records_the_onednn_kernel_it_ran():

@@ -11,16 +11,14 @@ ResNet-50 training step ran 2.3x as fast on a 2-core Sapphire Rapids-class Xeon 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 from accelbench.environment import cpu_flags
-from accelbench.plugins.cpu_features import onednn_verbose_read_back, request_amx_tiles
+from accelbench.plugins.cpu_features import OnednnProbe, request_amx_tiles
 
 #: the name oneDNN 2.4 reads its ISA ceiling from (ONEDNN_MAX_CPU_ISA came later and is ignored)
 ISA_VARIABLE = "DNNL_MAX_CPU_ISA"
 AMX_CEILING = "AVX512_CORE_AMX"
-PROBE_TIMEOUT_S = 120
 
 
 def allow_amx() -> None:
@@ -36,17 +34,14 @@ def ceiling() -> str | None:
     return os.environ.get(ISA_VARIABLE) or None
 
 
-def read_back(precision: str) -> dict[str, str | None]:
-    """oneDNN's instruction set and the kernel it picks for a convolution at ``precision``, from
-    its verbose log in a probe process with this process's environment.
+def start_probe(precision: str) -> OnednnProbe:
+    """A probe process with this process's environment (the ceiling included) that runs one
+    convolution at ``precision``; its ``read_back`` gives oneDNN's instruction set and the kernel.
 
     A probe, because libmxnet.so exports none of oneDNN's own functions and oneDNN reads its
-    verbose switch once, at start: the worker cannot ask its own copy. None where oneDNN did not
-    say (a build without it).
+    verbose switch once, at start: the worker cannot ask its own copy.
     """
-    out = subprocess.run([sys.executable, "-m", __name__, precision], capture_output=True, text=True,
-                         env={**os.environ, "DNNL_VERBOSE": "1"}, timeout=PROBE_TIMEOUT_S)
-    return onednn_verbose_read_back(out.stdout + out.stderr)
+    return OnednnProbe(__name__, (precision,), "DNNL_VERBOSE")
 
 
 def _run_one_convolution(precision: str) -> None:

@@ -134,6 +134,8 @@ class GluonRun:
     def __init__(self, config: RunConfig):
         self.config = config
         self.mx = mx = import_mxnet()
+        # oneDNN's read-back runs in a process of its own while this one builds the network
+        self.onednn_probe = onednn.start_probe(config.precision) if config.device == "cpu" else None
         from mxnet import gluon
         from mxnet.gluon.model_zoo import vision
 
@@ -221,9 +223,9 @@ class GluonRun:
             })
 
     def _onednn_settings(self) -> dict[str, str | None]:
-        if self.config.device != "cpu":
+        if self.onednn_probe is None:
             return {}
-        return {"onednn_max_cpu_isa": onednn.ceiling(), **onednn.read_back(self.config.precision)}
+        return {"onednn_max_cpu_isa": onednn.ceiling(), **self.onednn_probe.read_back()}
 
     def _bf16_emulation(self, onednn_settings: dict[str, str | None]) -> str | None:
         """Why this run's bf16 is emulated, told from the kernel oneDNN said it ran (else from the
