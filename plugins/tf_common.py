@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.backend import RunBackend, training_flops
@@ -22,6 +22,9 @@ from accelbench.errors import UsageError
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 from .model_specs import SMALL_CHANNELS, SMALL_LAYERS
+
+if TYPE_CHECKING:
+    from .cpu_features import OnednnProbe
 
 KERAS_PACKAGE = "tf_keras"
 
@@ -470,7 +473,7 @@ def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> 
     return [warning] if warning else []
 
 
-def start_onednn_probe(config: RunConfig):
+def start_onednn_probe(config: RunConfig) -> OnednnProbe | None:
     """On the CPU with TensorFlow's oneDNN ops on: a probe process (``python -m`` this module) that
     runs one small convolution at the run's precision with oneDNN's verbose switch on. TensorFlow's
     oneDNN exports none of its functions and reads that switch once, then logs every primitive it
