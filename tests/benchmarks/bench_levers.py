@@ -54,6 +54,9 @@ LEVERS = {
     "system-thp": (["--allocator", "system", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", "torch", "jax")),
     "jemalloc-thp": (["--allocator", "jemalloc", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", "torch", "jax")),
     "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", "torch")),
+    # TensorFlow keeps each oneDNN op's primitive for the next step instead of asking oneDNN's
+    # cache for it anew (some sixty a ResNet-50 step by default, to spare the memory)
+    "tf-primitive-reuse": ([], {"TF_MKL_OPTIMIZE_PRIMITIVE_MEMUSE": "false"}, ("tf", "tpu")),
     # MXNet's multi-tensor SGD: all weights' momentum updates in one operator call
     "mx-aggregate": ([], {"MXNET_OPTIMIZER_AGGREGATION_SIZE": "60"}, ("mxnet",)),
     "torch-fused-sgd": (["--option", "fused_sgd=true"], {}, ("torch",)),
