@@ -53,6 +53,12 @@ _VERBOSE_ISA = re.compile(r"(?:dnnl|onednn)_verbose,(?:v\d+,)?info,cpu,isa:(.+)"
 _VERBOSE_CONVOLUTION = re.compile(r"(?:dnnl|onednn)_verbose,(?:v\d+,)?(?:primitive,)?exec,cpu,convolution,([^,]+),")
 
 
+def onednn_unread() -> dict[str, str | None]:
+    """What a record says where oneDNN was not asked (a GPU, oneDNN off) or could not say (a build
+    without its verbose switch): neither read back."""
+    return {"onednn_isa": None, "onednn_convolution": None}
+
+
 def onednn_verbose_read_back(log: str) -> dict[str, str | None]:
     """The instruction set oneDNN says it runs on and the kernel of the first convolution in its
     verbose log (None for either it did not print)."""

@@ -14,17 +14,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.backend import RunBackend, training_flops
 from accelbench.errors import UsageError
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
+from .cpu_features import OnednnProbe, onednn_unread
 from .model_specs import SMALL_CHANNELS, SMALL_LAYERS
-
-if TYPE_CHECKING:
-    from .cpu_features import OnednnProbe
 
 KERAS_PACKAGE = "tf_keras"
 
@@ -419,8 +417,7 @@ class TrainingRun:
     def prepared(self, settings: dict[str, Any]) -> Prepared:
         tf = self.tf
         devices = self._devices()
-        onednn = (self.onednn_probe.read_back() if self.onednn_probe
-                  else {"onednn_isa": None, "onednn_convolution": None})
+        onednn = self.onednn_probe.read_back() if self.onednn_probe else onednn_unread()
         return Prepared(
             warnings=cpu_precision_warnings(self.config, onednn),
             device_name=_device_name(tf, self.config, devices),
@@ -480,8 +477,6 @@ def start_onednn_probe(config: RunConfig) -> OnednnProbe | None:
     makes, some sixty a ResNet-50 step: the worker cannot ask its own copy."""
     if config.device != "cpu" or not _onednn_enabled():
         return None
-    from accelbench.plugins.cpu_features import OnednnProbe
-
     return OnednnProbe(__name__, (config.precision, str(config.effective_threads)), "ONEDNN_VERBOSE")
 
 

@@ -191,7 +191,7 @@ def test_onednn_verbose_logs_of_both_formats_are_read(log, isa, kernel):
 def test_a_onednn_probe_that_fails_or_hangs_reads_back_nothing(monkeypatch):
     from accelbench.plugins.cpu_features import OnednnProbe
 
-    unread = {"onednn_isa": None, "onednn_convolution": None}
+    unread = {"onednn_isa": None, "onednn_convolution": None}  # as the records spell it
     assert OnednnProbe("accelbench_no_such_probe", (), "ONEDNN_VERBOSE").read_back() == unread
     monkeypatch.setattr(OnednnProbe, "timeout_s", 0.5)
     started = time.monotonic()

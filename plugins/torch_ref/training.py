@@ -6,7 +6,8 @@ import os
 
 from accelbench import Prepared, RunConfig
 from accelbench.backend import training_flops
-from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, c_stdout_captured, onednn_verbose_read_back
+from accelbench.plugins.cpu_features import (bf16_emulation_from_onednn, c_stdout_captured, onednn_unread,
+                                              onednn_verbose_read_back)
 from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 WEIGHT_DECAY = 1e-4  # torchvision's reference recipe
@@ -274,9 +275,8 @@ class TorchRun:
         convolution (a GPU, oneDNN off, or a bf16 convolution PyTorch computes by itself); oneDNN
         prints its instruction set once a process, so this is asked once, before the step runs."""
         torch = self.torch
-        unread = {"onednn_isa": None, "onednn_convolution": None}
         if self.device.type != "cpu" or not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
-            return unread
+            return onednn_unread()
         # fixed tensors, no module: a layer's random initialisation would move the global RNG
         images, weights = (torch.ones(shape).contiguous(memory_format=torch.channels_last)
                            for shape in ((2, 32, 14, 14), (32, 32, 3, 3)))
@@ -285,7 +285,7 @@ class TorchRun:
                 with torch.no_grad(), self._autocast():
                     torch.nn.functional.conv2d(images, weights, padding=1)
         except AssertionError:  # how PyTorch says its oneDNN was built without the verbose switch
-            return unread
+            return onednn_unread()
         return onednn_verbose_read_back(log.text)
 
     def _warnings(self, onednn: dict[str, str | None]) -> list[str]:
