@@ -21,7 +21,7 @@ from accelbench.backend import RunBackend, training_flops
 from accelbench.errors import UsageError
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
 
-from .cpu_features import OnednnProbe, onednn_unread
+from .cpu_features import OnednnProbe, bf16_emulation_from_onednn, bf16_emulation_warning, onednn_unread
 from .model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 KERAS_PACKAGE = "tf_keras"
@@ -459,7 +459,6 @@ def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> 
     if config.device != "cpu" or config.precision != "bf16":
         return []
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, bf16_emulation_warning
 
     if _onednn_enabled():
         warning = bf16_emulation_from_onednn("TensorFlow", onednn, cpu_flags())
