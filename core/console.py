@@ -232,5 +232,5 @@ class PeakTable:
             m = o.measurement
             table.add_row(f"{o.framework} {m.framework_version if m else ''}".strip(), o.precision,
                           f"[{STATUS_STYLE.get(o.status, 'white')}]{o.status}[/]", m.device_name if m else "",
-                          f"{m.flops_per_s / 1e9:.1f}" if m else "", "" if m else o.reason)
+                          f"{m.flops_per_s / 1e9:.1f}" if m else "", "; ".join(o.warnings) if m else o.reason)
         self.console.print(table)

@@ -3,7 +3,7 @@ per precision, measured in a fresh worker like any run and cached for records (`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import environment, envs, peaks, records
 from .config import RunConfig
@@ -31,6 +31,8 @@ class PeakOutcome:
     measurement: peaks.Measured | None = None
     #: what the backend's prepare_matmul reported using (threads, oneDNN, dtypes)
     settings: dict | None = None
+    #: what the backend said the figure needs read with (a precision the framework emulates)
+    warnings: list[str] = field(default_factory=list)
 
 
 def per_framework(refs: list[BackendRef]) -> list[BackendRef]:
@@ -78,7 +80,7 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | N
     best = max(t.timed_calls * flops_per_call / t.wall_time_s for t in timings)
     env = environment.collect()
     version = prepared.framework_version or ref.framework_version()
-    outcome.status, outcome.settings = "ok", prepared.settings
+    outcome.status, outcome.settings, outcome.warnings = "ok", prepared.settings, list(prepared.warnings)
     outcome.measurement = peaks.Measured(
         machine=peaks.machine_id(env, item.config.device, prepared.device_name), device_kind=item.config.device,
         device_name=prepared.device_name, framework=info.framework, framework_version=version,

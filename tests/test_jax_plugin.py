@@ -11,6 +11,9 @@ pytestmark = pytest.mark.jax
 SMALL = dict(model="resnet_small", image_size=16, num_classes=10)
 # forward multiply-adds of one 224x224 image, conv + dense layers, ResNet-50 v1.5
 RESNET50_V15_MACS = 4.089e9
+# the small ResNet's 15 convolutions (stem, 2 per basic block, 2 shortcuts), each once forward and
+# once for its kernel's gradient, and all but the stem (it takes the images) for its input's
+SMALL_STEP_CONVOLUTIONS = 3 * 15 - 1
 
 
 def test_flax_resnet50_has_the_reference_parameters_and_flops():
@@ -27,24 +30,58 @@ def test_flax_resnet50_has_the_reference_parameters_and_flops():
     assert record["settings"]["frameworks_loaded"] == ["flax", "jax", "optax"]
     assert_measured_allocator(record, "tcmalloc")
     assert_measured_huge_pages(record, measured=False)
+    assert record["settings"]["xla_convolution_operands"] == {"f32": 3 * 53 - 1}  # its 53 convolutions, as above
+
+
+def test_the_bf16_peak_says_what_xla_compiled_its_product_to():
+    import io
+
+    from rich.console import Console
+
+    from accelbench import peak_measure
+    from accelbench.console import PeakTable
+    from accelbench.registry import PluginHost
+
+    [ref] = PluginHost().select(["jax_flax"])
+    outcome = peak_measure.measure(ref, "bf16", "cpu", size=128, repeats=1)
+    assert outcome.status == "ok", outcome.reason
+    compiled = outcome.settings["xla_dot_operands"]
+    assert sum(compiled.values()) == 1, compiled  # jnp.dot: one product
+    emulated = [w for w in outcome.warnings if "emulated" in w]
+    assert bool(emulated) == ("bf16" not in ",".join(compiled) or bool(bf16_emulation_warning(cpu_flags())))
+    shown = io.StringIO()
+    with PeakTable(Console(file=shown, width=400)) as table:
+        table.add(outcome)
+    assert all(warning[:60] in shown.getvalue() for warning in outcome.warnings)  # in the table's note
 
 
 def test_flax_loss_falls_with_bf16_compute_and_fp32_parameters():
     record = run_backend("jax_flax", precision="bf16", timed_steps=25, warmup_steps=0, **SMALL)
     assert record["status"] == "ok", record["reason"]
     assert record["precision"] == "bf16"
-    # read back from the model: the convolutions compute in bf16, the parameters stay fp32
+    # read back from the model: its layers ask for bf16, the parameters stay fp32
     assert record["settings"]["compute_dtype"] == "bfloat16" and record["settings"]["variable_dtype"] == "float32"
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
-    # a CPU without bf16 (Zen 3): the record says its bf16 is emulated; one with it: no such warning
-    emulated = bf16_emulation_warning(cpu_flags())
-    assert [w for w in record["warnings"] if "emulated" in w] == ([emulated] if emulated else [])
+    # and from the compiled step, what XLA made of them: every convolution of the forward and
+    # backward passes, each counted by the type it multiplies
+    compiled = record["settings"]["xla_convolution_operands"]
+    assert sum(compiled.values()) == SMALL_STEP_CONVOLUTIONS, compiled
+    emulated = [w for w in record["warnings"] if "emulated" in w]
+    if "bf16" in ",".join(compiled):  # XLA kept bf16: the CPU's flags tell (Zen 3: emulated)
+        flags_say = bf16_emulation_warning(cpu_flags())
+        assert emulated == ([flags_say] if flags_say else [])
+    else:  # XLA's CPU backend (jaxlib without oneDNN) computes bf16 convolutions in f32, whatever the CPU
+        assert len(emulated) == 1 and emulated[0].startswith(
+            f"bf16 is emulated: XLA's CPU backend compiled the step's convolutions with f32 operands "
+            f"({SMALL_STEP_CONVOLUTIONS}, none in bf16"), emulated
 
 
 def test_flax_fp32_computes_in_fp32():
     record = run_backend("jax_flax", precision="fp32", timed_steps=2, warmup_steps=1, **SMALL)
     assert record["status"] == "ok", record["reason"]
     assert record["settings"]["compute_dtype"] == "float32"
+    assert record["settings"]["xla_convolution_operands"] == {"f32": SMALL_STEP_CONVOLUTIONS}
+    assert not [w for w in record["warnings"] if "emulated" in w]
 
 
 def test_flax_data_parallel_over_two_local_devices():

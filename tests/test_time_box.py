@@ -218,3 +218,54 @@ def test_bf16_emulation_is_told_from_the_kernel_onednn_ran(kernel, flags, expect
     warning = bf16_emulation_from_onednn("X", {"onednn_isa": "Intel AVX2", "onednn_convolution": kernel},
                                          frozenset(flags))
     assert warning is None if expected is None else warning.startswith(expected), warning
+
+
+# XLA's optimised HLO as this project's jaxlib (0.10.2) printed it on a CPU for one bf16 convolution:
+# converts to f32 in front of an f32 convolution; and, as XLA's GPU backend prints its cuDNN calls,
+# a bf16 one with its operands' types spelt out
+XLA_CPU_BF16_CONVOLUTION = """ENTRY %main.1 (x.1: bf16[2,8,8,4], w.1: bf16[3,3,4,4]) -> bf16[2,8,8,4] {
+  %x.1 = bf16[2,8,8,4]{3,2,1,0} parameter(0), metadata={op_name="x"}
+  %w.1 = bf16[3,3,4,4]{3,2,1,0} parameter(1), metadata={op_name="w"}
+  %wrapped_convert = f32[2,8,8,4]{3,2,1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
+  %wrapped_convert.1 = f32[3,3,4,4]{3,2,1,0} fusion(%w.1), kind=kLoop, calls=%wrapped_convert_computation.1
+  %conv_general_dilated.1 = f32[2,8,8,4]{3,2,1,0} convolution(%wrapped_convert, %wrapped_convert.1), \
+window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  %dot.2 = f32[8,4]{1,0} dot(%wrapped_convert.1, %wrapped_convert.1), lhs_contracting_dims={1}
+  ROOT %wrapped_convert.2 = bf16[2,8,8,4]{3,2,1,0} fusion(%conv_general_dilated.1), kind=kLoop
+}"""
+XLA_GPU_BF16_CONVOLUTION = """  %cudnn-conv.1 = (bf16[8,56,56,64]{3,2,1,0}, u8[0]{0}) custom-call(bf16[8,56,56,64]{3,2,1,0} %p.0, \
+bf16[3,3,64,64]{3,2,1,0} %p.1), window={size=3x3 pad=1_1x1_1}, custom_call_target="__cudnn$convForward"
+  %other = (f32[4]{0}, u8[0]{0}) custom-call(f32[4]{0} %p.2), custom_call_target="Sharding"
+  %conv.2 = f32[8,56,56,64]{3,2,1,0} convolution(bf16[8,56,56,64]{3,2,1,0} %p.0, f32[3,3,64,64]{3,2,1,0} %p.3)"""
+
+
+@pytest.mark.parametrize("text, convolutions, dots", [
+    (XLA_CPU_BF16_CONVOLUTION, {"f32": 1}, {"f32": 1}),
+    (XLA_GPU_BF16_CONVOLUTION, {"bf16": 1, "bf16,f32": 1}, {}),  # not the cuDNN call that is no convolution
+    ("HloModule nothing", {}, {}),
+])
+def test_what_xla_compiled_is_read_from_its_hlo(text, convolutions, dots):
+    from accelbench.plugins.jax_flax import hlo
+
+    assert hlo.convolution_operands(text) == convolutions
+    assert hlo.dot_operands(text) == dots
+
+
+@pytest.mark.parametrize("operands, platform, flags, expected", [
+    ({"f32": 158}, "cpu", {"avx512_bf16", "amx_bf16"}, "bf16 is emulated: XLA's CPU backend compiled the step's "
+                                                        "convolutions with f32 operands (158, none in bf16"),
+    ({"f32": 158}, "gpu", set(), "bf16 is emulated: XLA's GPU backend"),  # a GPU without bf16 units
+    ({"bf16": 158}, "cpu", {"avx512_bf16"}, None),
+    ({"bf16": 158}, "cpu", {"avx2"}, "bf16 is emulated on this CPU"),  # XLA kept bf16: the CPU's flags tell
+    ({"bf16,f32": 2}, "gpu", set(), None),
+    ({}, "cpu", {"avx2"}, "bf16 is emulated on this CPU"),  # nothing read: the flags
+    ({}, "gpu", set(), None),
+])
+def test_bf16_emulation_is_told_from_what_xla_compiled(operands, platform, flags, expected, monkeypatch):
+    from accelbench import environment
+    from accelbench.plugins.jax_flax.training import emulation_warnings
+
+    monkeypatch.setattr(environment, "cpu_flags", lambda: frozenset(flags))
+    warnings = emulation_warnings("bf16", platform, operands, "the step's convolutions")
+    assert warnings == [] if expected is None else (len(warnings) == 1 and warnings[0].startswith(expected)), warnings
+    assert emulation_warnings("fp32", platform, operands, "the step's convolutions") == []

@@ -1,6 +1,6 @@
 """jax_flax: ResNet-50 v1.5 in Flax, trained by a jitted optax SGD step, data-parallel over the
-local devices with ``jax.sharding``; bf16 compute with fp32 parameters (today's TPU recipe) or
-fp32. JAX needs numpy 2 and mxnet 1.9.1 numpy < 2, so this backend's workers run in an
+local devices with ``jax.sharding``; bf16 compute with fp32 parameters (today's TPU recipe; what
+XLA makes of it is read from the compiled step, ``hlo``) or fp32. JAX needs numpy 2 and mxnet 1.9.1 numpy < 2, so this backend's workers run in an
 environment of their own, made on first use (``BackendInfo.environment``)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class FlaxResNet50(RunBackend):
         models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
         precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
         default_batch={"cpu": 8, "gpu": 256, "tpu": 1024}, version=VERSION,
-        description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 compute",
+        description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 by default",
         # tcmalloc measured 1.222x the C library's malloc (95% CI 1.145-1.304) on the Zen 4 CPU, bf16
         # (README, levers): with glibc's malloc a step took ~330,000 page faults and 0.67 s of kernel CPU
         data_format="imagefolder", environment=extra("jax"), allocator="tcmalloc")
@@ -59,7 +59,7 @@ class FlaxResNet50(RunBackend):
 
     # accelbench peak: a jitted jnp.dot at the run's precision, synced with block_until_ready
     def prepare_matmul(self, config: RunConfig, size: int) -> Prepared:
-        from . import training
+        from . import hlo, training
 
         jax = training.import_jax(config)
         import jax.numpy as jnp
@@ -69,8 +69,11 @@ class FlaxResNet50(RunBackend):
         keys = jax.random.split(jax.random.PRNGKey(config.seed))
         self.operands = [jax.device_put(jax.random.normal(k, (size, size)).astype(dtype), device) for k in keys]
         self.product = jax.jit(jnp.dot)
+        dots = hlo.dot_operands(self.product.lower(*self.operands).compile().as_text())  # the call reuses it
         return Prepared(device_name=training.device_name(device), framework_version=jax.__version__,
-                        settings={"operator": "jax.jit(jnp.dot)", "dtype": str(dtype)})
+                        settings={"operator": "jax.jit(jnp.dot)", "dtype": str(dtype), "xla_dot_operands": dots},
+                        warnings=training.emulation_warnings(config.precision, device.platform, dots,
+                                                             "the matrix product"))
 
     def matmul(self) -> None:
         self.product(*self.operands).block_until_ready()

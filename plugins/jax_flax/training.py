@@ -8,6 +8,8 @@ import os
 from accelbench import Prepared, RunConfig
 from accelbench.backend import training_flops
 
+from . import hlo
+
 MOMENTUM = 0.9
 WEIGHT_DECAY = 1e-4  # the official TPU ResNet-50 recipe's
 BASE_LEARNING_RATE = 0.1  # per 256 images, scaled linearly with the global batch
@@ -157,8 +159,10 @@ class JaxRun:
     def prepared(self) -> Prepared:
         jax = self.jax
         params = jax.tree_util.tree_leaves(self.state[0])
+        convolutions = hlo.convolution_operands(self._compiled_step_hlo())
         return Prepared(
-            warnings=self._warnings(),
+            warnings=emulation_warnings(self.config.precision, self.devices[0].platform, convolutions,
+                                        "the step's convolutions"),
             device_name=device_name(self.devices[0]),
             flops_per_image=self.flops_per_image, data_placement="device",
             framework_version=jax.__version__,
@@ -167,6 +171,7 @@ class JaxRun:
                       "learning_rate": self.learning_rate, "momentum": self.momentum, "nesterov": self.nesterov,
                       "weight_decay": self.weight_decay, "label_smoothing": self.label_smoothing,
                       "variable_dtype": str(params[0].dtype), "compute_dtype": self.compute_dtype,
+                      "xla_convolution_operands": convolutions,
                       "parameters": int(sum(p.size for p in params)),
                       "devices": [str(d) for d in self.devices], "platform": self.devices[0].platform,
                       "processes": jax.process_count(),
@@ -174,14 +179,36 @@ class JaxRun:
                       "jit": "jax.jit, state donated", "xla_flags": os.environ.get("XLA_FLAGS", ""),
                       "flops_counted_by": "conv and dense layers of the Flax model (kernel x output shapes)"})
 
-    def _warnings(self) -> list[str]:
-        if self.devices[0].platform != "cpu" or self.config.precision != "bf16":
-            return []
-        from accelbench.environment import cpu_flags
-        from accelbench.plugins.cpu_features import bf16_emulation_warning
+    def _compiled_step_hlo(self) -> str:
+        """The step as XLA compiled it for this run's shapes and devices (optimised HLO text). Compiled
+        here, before the warm-up: the step's first call finds the compilation in JAX's cache."""
+        import jax.numpy as jnp
 
-        warning = bf16_emulation_warning(cpu_flags())  # XLA's CPU backend runs no oneDNN: no ceiling
-        return [warning] if warning else []
+        jax, cfg = self.jax, self.config
+        batch = cfg.per_device_batch * len(self.devices)  # the global array, as the step is called
+        images = jax.ShapeDtypeStruct((batch, cfg.image_size, cfg.image_size, self.channels), jnp.float32,
+                                      sharding=self.batch_sharded)
+        labels = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self.batch_sharded)
+        return self._step.lower(self.state, images, labels, self.learning_rate).compile().as_text()
+
+
+def emulation_warnings(precision: str, platform: str, operands: dict[str, int], what: str) -> list[str]:
+    """A bf16 run's warning where its bf16 is emulated: XLA compiled ``what`` (``operands``, as
+    ``hlo`` reads them from the compiled HLO) with no bf16 operand; else, on a CPU, one without
+    bf16 units (its flags). What XLA compiled outranks the flags."""
+    if precision != "bf16":
+        return []
+    if operands and not hlo.computes_in(operands, "bf16"):
+        return [f"bf16 is emulated: XLA's {platform.upper()} backend compiled {what} with {' and '.join(operands)} "
+                f"operands ({sum(operands.values())}, none in bf16; read from the compiled HLO), whatever this "
+                f"{platform.upper()} has: the figure measures bf16 data with that arithmetic"]
+    if platform != "cpu":
+        return []
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+    warning = bf16_emulation_warning(cpu_flags())  # XLA's CPU backend runs no oneDNN: no ceiling
+    return [warning] if warning else []
 
 
 def _version(distribution: str) -> str:
