@@ -137,6 +137,7 @@ def test_a_lever_is_measured_against_a_baseline_it_changes(monkeypatch):
     # a machine that gives huge pages (the answer must not depend on the one the tests run on)
     monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
     monkeypatch.setattr(allocators, "_glibc", lambda: "glibc 2.36")
+    monkeypatch.setattr(bench_levers, "IOMP", None)  # nor on whether Intel's OpenMP is installed
     # on the C library's malloc: its huge pages, and jemalloc with them; not "system-thp" (= "thp")
     assert {"thp", "jemalloc-thp", "jemalloc", "tcmalloc"} <= set(bench_levers.default_levers("mxnet", "system"))
     assert "system-thp" not in bench_levers.default_levers("mxnet", "system")
@@ -153,6 +154,10 @@ def test_a_lever_is_measured_against_a_baseline_it_changes(monkeypatch):
     monkeypatch.setattr(allocators, "thp_mode", lambda: "never")
     assert bench_levers.default_levers("mxnet", "system") == ["jemalloc", "tcmalloc", "onednn-amx", "omp-bind",
                                                               "mx-aggregate"]
+    # Intel's OpenMP where it is installed, for the frameworks that run on OpenMP
+    monkeypatch.setattr(bench_levers, "IOMP", "/opt/lib/libiomp5.so")
+    assert "iomp" in bench_levers.default_levers("torch", "tcmalloc")
+    assert "iomp" not in bench_levers.default_levers("tf", "system")
 
 
 def test_every_lever_is_named_in_the_readme():

@@ -20,6 +20,8 @@ lever's pooled images/sec, the paired ratio lever/baseline with its 95% interval
 """
 
 import argparse
+import ctypes.util
+import sys
 from pathlib import Path
 
 from accelbench import allocators
@@ -39,6 +41,17 @@ PLUGINS = {
 MXNET_AS_SHIPPED = {"DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16"}  # oneDNN 2.4's default ceiling: AVX-512, no AMX
 BASELINE_ENV = {"mxnet": MXNET_AS_SHIPPED, "mxnet-bf16": MXNET_AS_SHIPPED}
 
+
+
+def intel_openmp() -> str | None:
+    """Intel's OpenMP runtime, where pip's ``intel-openmp`` puts it (this Python's prefix) or where
+    the loader finds it; None where it is not installed."""
+    beside = Path(sys.prefix) / "lib" / "libiomp5.so"
+    return str(beside) if beside.exists() else ctypes.util.find_library("iomp5")
+
+
+IOMP = intel_openmp()
+
 # lever: (accelbench arguments, worker environment, the plugins it applies to)
 LEVERS = {
     "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "mxnet-bf16", "torch", "jax")),
@@ -47,6 +60,10 @@ LEVERS = {
     "onednn-amx": ([], {"DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX"}, ("mxnet", "mxnet-bf16")),
     # libgomp's threads pinned one per core (PyTorch and MXNet run oneDNN on OpenMP; TF does not)
     "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", "torch")),
+    # Intel's OpenMP runtime preloaded in place of GNU's (it serves libgomp's calls), with the
+    # placement and block time PyTorch's own launcher gives it (python -m torch.backends.xeon.run_cpu)
+    "iomp": ([], {"LD_PRELOAD": IOMP or "", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1"},
+             ("mxnet", "torch")),
     # the allocator maps its memory in transparent huge pages (where the kernel's THP mode is "madvise",
     # only memory so marked gets them): a 2 MiB page is one fault and one TLB entry, not 512
     "thp": (["--huge-pages", "on"], {}, ("tf", "tpu", "mxnet", "mxnet-bf16", "torch", "jax")),
@@ -73,6 +90,8 @@ def default_levers(plugin, baseline_allocator):
     for lever, (args, _, plugins) in LEVERS.items():
         named = args[args.index("--allocator") + 1] if "--allocator" in args else None
         if plugin not in plugins or named == baseline_allocator:  # the baseline itself, or "thp" on it
+            continue
+        if lever == "iomp" and not IOMP:
             continue
         # huge pages this machine's kernel or C library, or the allocator, cannot give: accelbench
         # would refuse the run ("--huge-pages on" with tcmalloc, or under THP mode "never")
@@ -117,6 +136,8 @@ def main():
     parser.add_argument("--keep-records", type=Path, help="a folder to keep every run's results file in (its "
                         "per-step times, kernel CPU time and page faults: what made a slow round slow)")
     options = parser.parse_args()
+    if "iomp" in (options.lever or []) and not IOMP:
+        parser.error("--lever iomp: Intel's OpenMP runtime (libiomp5.so) is not installed: pip install intel-openmp")
     print(machine_header(), flush=True)
     results = []
     for plugin in options.plugin or PLUGINS:
