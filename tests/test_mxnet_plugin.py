@@ -116,6 +116,17 @@ def test_fp32_records_its_onednn_kernel_too():
     assert "bf16" not in record["settings"]["onednn_convolution"]
 
 
+def test_a_run_that_asks_no_onednn_probe_says_so_in_the_keys_tensorflows_use(monkeypatch):
+    from types import SimpleNamespace
+
+    from accelbench.plugins.mxnet_ngc.training import GluonRun
+
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    gpu_run = SimpleNamespace(onednn_probe=None)  # on a GPU no probe is started
+    assert GluonRun._onednn_settings(gpu_run) == {"onednn_max_cpu_isa": "AVX2", "onednn_isa": None,
+                                                  "onednn_convolution": None}
+
+
 @pytest.mark.parametrize("flags, permitted, asked, ceiling", [
     ({"avx512f", "amx_tile", "amx_bf16"}, True, None, "AVX512_CORE_AMX"),  # Sapphire Rapids and later
     ({"avx512f", "amx_tile", "amx_bf16"}, True, "AVX512_CORE_BF16", "AVX512_CORE_BF16"),  # the user's stands

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from accelbench import Prepared, RunConfig, environment
-from accelbench.plugins.cpu_features import bf16_emulation_from_onednn
+from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, onednn_unread
 from accelbench.backend import training_flops
 
 from . import onednn
@@ -223,8 +223,8 @@ class GluonRun:
             })
 
     def _onednn_settings(self) -> dict[str, str | None]:
-        if self.onednn_probe is None:
-            return {}
+        if self.onednn_probe is None:  # a GPU: oneDNN was not asked (the same keys, unread, as TF's)
+            return {"onednn_max_cpu_isa": onednn.ceiling(), **onednn_unread()}
         return {"onednn_max_cpu_isa": onednn.ceiling(), **self.onednn_probe.read_back()}
 
     def _bf16_emulation(self, onednn_settings: dict[str, str | None]) -> str | None:
