@@ -26,7 +26,7 @@ def test_torch_trains_resnet50_with_the_reference_parameter_count():
     # the TF and MXNet plugins' ResNet-50 has exactly these trainable parameters
     assert settings["parameters"] == 25_557_032 and settings["conv_biases"] is False
     assert settings["memory_format"] == "channels_last" and settings["autocast_dtype"] is None
-    assert settings["sgd_implementation"] == "for-loop"  # PyTorch's own choice for CPU tensors, read back
+    assert settings["sgd_implementation"] == "fused"  # the plugin's kept update on a CPU, read back
     assert_measured_allocator(record, "tcmalloc")
     assert_measured_huge_pages(record, measured=False)
     assert settings["variable_dtype"] == "float32" and settings["frameworks_loaded"] == ["torch", "torchvision"]
@@ -43,17 +43,26 @@ def test_torch_loss_falls_on_fixed_data():
 
 
 def test_torch_levers_are_read_back_and_train_the_same():
-    """The fused SGD kernel and the contiguous (NCHW) format change how the step runs, not what it
-    computes: the record reads both back, and the losses of a few steps match the default's."""
+    """PyTorch's own SGD update (the fused kernel is the plugin's default on a CPU) and the contiguous
+    (NCHW) format change how the step runs, not what it computes: the record reads both back, and
+    the losses of a few steps match the default's."""
     default = run_backend("torch_ref", timed_steps=4, warmup_steps=0, **SMALL)
     levers = run_backend("torch_ref", timed_steps=4, warmup_steps=0, inter_op_threads=1,
-                         options={"fused_sgd": True, "memory_format": "contiguous"}, **SMALL)
+                         options={"fused_sgd": False, "memory_format": "contiguous"}, **SMALL)
     assert levers["status"] == "ok", levers["reason"]
     assert levers["settings"]["inter_op_threads"] == 1
-    assert levers["settings"]["sgd_implementation"] == "fused"
+    assert levers["settings"]["sgd_implementation"] == "for-loop"  # PyTorch's choice for CPU tensors
     assert levers["settings"]["memory_format"] == "contiguous"
     # each loss after the first follows the updates before it: equal losses, equal updates
     assert levers["trials"][0]["losses"] == pytest.approx(default["trials"][0]["losses"], rel=1e-3)
+
+
+def test_the_fused_sgd_update_gives_pytorchs_own_weights_bit_for_bit():
+    fused = run_backend("torch_ref", timed_steps=5, warmup_steps=0, **SMALL)
+    own = run_backend("torch_ref", timed_steps=5, warmup_steps=0, options={"fused_sgd": False}, **SMALL)
+    assert (fused["settings"]["sgd_implementation"], own["settings"]["sgd_implementation"]) == ("fused", "for-loop")
+    # the loss of step k is computed from the weights after k - 1 updates: exactly equal, not close
+    assert fused["trials"][0]["losses"] == own["trials"][0]["losses"]
 
 
 def test_torch_bf16_is_autocast_and_fp16_needs_a_gpu():

@@ -65,8 +65,9 @@ class TorchResNet50(RunBackend):
         description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
         options={"compile": Option("torch.compile the model (default false)", kind="bool"),
                  "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool"),
-                 "fused_sgd": Option("SGD's fused kernel (one update over every tensor; default false: the "
-                                     "reference's for-each update)", kind="bool"),
+                 "fused_sgd": Option("SGD's fused kernel (one update over every tensor, the same weights; "
+                                     "default true on a CPU, where it was measured faster; on a GPU "
+                                     "PyTorch's own for-each update)", kind="bool"),
                  "memory_format": Option("tensors' memory format (default channels_last, as the reference "
                                          "recipe's --channels-last)", choices=("channels_last", "contiguous"))},
         # tcmalloc measured 1.10-1.16x the C library's malloc on the Zen 4 CPU (README, levers);

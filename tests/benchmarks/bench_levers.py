@@ -33,6 +33,7 @@ PLUGINS = {
     "mxnet": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "fp32"],
     "mxnet-bf16": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "bf16"],
     "torch": ["--plugin", "torch_ref", "--precision", "fp32"],
+    "torch-bf16": ["--plugin", "torch_ref", "--precision", "bf16"],
     "jax": ["--plugin", "jax_flax", "--precision", "bf16"],  # the recipe's precision, its default
     "tpu": ["--plugin", "tpu_official", "--option", "steps_per_loop=10"],  # bf16; its timed steps: whole loops
 }
@@ -40,6 +41,9 @@ PLUGINS = {
 #: lever by itself (mxnet_ngc raises oneDNN 2.4's ceiling to AMX on a CPU that has it)
 MXNET_AS_SHIPPED = {"DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16"}  # oneDNN 2.4's default ceiling: AVX-512, no AMX
 BASELINE_ENV = {"mxnet": MXNET_AS_SHIPPED, "mxnet-bf16": MXNET_AS_SHIPPED}
+#: and its arguments: PyTorch's own SGD update (torch_ref keeps the fused one on a CPU)
+TORCH_AS_SHIPPED = ["--option", "fused_sgd=false"]
+BASELINE_ARGS = {"torch": TORCH_AS_SHIPPED, "torch-bf16": TORCH_AS_SHIPPED}
 
 
 
@@ -52,35 +56,37 @@ def intel_openmp() -> str | None:
 
 IOMP = intel_openmp()
 
+#: a lever for PyTorch's step applies at both precisions
+TORCH = ("torch", "torch-bf16")
 # lever: (accelbench arguments, worker environment, the plugins it applies to)
 LEVERS = {
-    "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "mxnet-bf16", "torch", "jax")),
-    "tcmalloc": (["--allocator", "tcmalloc"], {}, ("tf", "mxnet", "mxnet-bf16", "torch", "jax")),
+    "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "mxnet-bf16", *TORCH, "jax")),
+    "tcmalloc": (["--allocator", "tcmalloc"], {}, ("tf", "mxnet", "mxnet-bf16", *TORCH, "jax")),
     # oneDNN 2.4 (mxnet 1.9.1) may use the CPU's AMX (on a CPU without it, the same as the baseline)
     "onednn-amx": ([], {"DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX"}, ("mxnet", "mxnet-bf16")),
     # libgomp's threads pinned one per core (PyTorch and MXNet run oneDNN on OpenMP; TF does not)
-    "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", "torch")),
+    "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", *TORCH)),
     # Intel's OpenMP runtime preloaded in place of GNU's (it serves libgomp's calls), with the
     # placement and block time PyTorch's own launcher gives it (python -m torch.backends.xeon.run_cpu)
     "iomp": ([], {"LD_PRELOAD": IOMP or "", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1"},
-             ("mxnet", "torch")),
+             ("mxnet", *TORCH)),
     # the allocator maps its memory in transparent huge pages (where the kernel's THP mode is "madvise",
     # only memory so marked gets them): a 2 MiB page is one fault and one TLB entry, not 512
-    "thp": (["--huge-pages", "on"], {}, ("tf", "tpu", "mxnet", "mxnet-bf16", "torch", "jax")),
+    "thp": (["--huge-pages", "on"], {}, ("tf", "tpu", "mxnet", "mxnet-bf16", *TORCH, "jax")),
     # the same in another malloc, for a baseline of a kept one (tcmalloc has no huge-page setting)
-    "system-thp": (["--allocator", "system", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", "torch", "jax")),
-    "jemalloc-thp": (["--allocator", "jemalloc", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", "torch", "jax")),
-    "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", "torch")),
+    "system-thp": (["--allocator", "system", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", *TORCH, "jax")),
+    "jemalloc-thp": (["--allocator", "jemalloc", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", *TORCH, "jax")),
+    "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", *TORCH)),
     # TensorFlow keeps each oneDNN op's primitive for the next step instead of asking oneDNN's
     # cache for it anew (some sixty a ResNet-50 step by default, to spare the memory)
     "tf-primitive-reuse": ([], {"TF_MKL_OPTIMIZE_PRIMITIVE_MEMUSE": "false"}, ("tf", "tpu")),
     # MXNet's multi-tensor SGD: all weights' momentum updates in one operator call
     "mx-aggregate": ([], {"MXNET_OPTIMIZER_AGGREGATION_SIZE": "60"}, ("mxnet",)),
-    "torch-fused-sgd": (["--option", "fused_sgd=true"], {}, ("torch",)),
-    "torch-nchw": (["--option", "memory_format=contiguous"], {}, ("torch",)),
+    "torch-fused-sgd": (["--option", "fused_sgd=true"], {}, TORCH),
+    "torch-nchw": (["--option", "memory_format=contiguous"], {}, TORCH),
     # TorchInductor's kernels for the model's forward and backward: its first step compiles (minutes
     # on a few cores), so give it warm-up steps enough for the compile to be behind the timed ones
-    "torch-compile": (["--option", "compile=true"], {}, ("torch",)),
+    "torch-compile": (["--option", "compile=true"], {}, TORCH),
 }
 
 
@@ -104,7 +110,7 @@ def default_levers(plugin, baseline_allocator):
 def measure(plugin, levers, batch, warmup, timed, rounds, keep=None, baseline_allocator="system"):
     # the baseline names its malloc without huge pages: a plugin's own measured choice (auto) would
     # hide the allocator levers; a lever's own flag comes later on the command line and wins
-    base = PLUGINS[plugin] + ["--allocator", baseline_allocator, "--huge-pages", "off"]
+    base = PLUGINS[plugin] + BASELINE_ARGS.get(plugin, []) + ["--allocator", baseline_allocator, "--huge-pages", "off"]
     base_env = BASELINE_ENV.get(plugin, {})
     runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed, env=base_env, keep=keep)}
     for lever in levers:

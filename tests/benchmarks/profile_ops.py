@@ -3,6 +3,7 @@ does) under its framework's profiler, the operators grouped into the same catego
 framework, so PyTorch's step can be laid beside MXNet's op by op.
 
     LD_PRELOAD=libtcmalloc_minimal.so.4 python tests/benchmarks/profile_ops.py --plugin torch_ref
+    LD_PRELOAD=libtcmalloc_minimal.so.4 python tests/benchmarks/profile_ops.py --plugin torch_ref --option fused_sgd=false
     LD_PRELOAD=libjemalloc.so.2 python tests/benchmarks/profile_ops.py --plugin mxnet_ngc --variant v1.5
     GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python tests/benchmarks/profile_ops.py --plugin tf_benchmarks --variant v1 --batch 32 --steps 3
     python tests/benchmarks/profile_ops.py --reference tf_cnn_benchmarks --variant v1 --batch 32 --steps 3
@@ -68,7 +69,7 @@ def category(name: str) -> str:
     return "other"
 
 
-def prepare(plugin: str, variant: str | None, batch: int, inter_op_threads: int | None):
+def prepare(plugin: str, variant: str | None, batch: int, inter_op_threads: int | None, options: dict | None = None):
     """The plugin's backend, prepared exactly as a worker prepares it (process settings first)."""
     from accelbench import runner
     from accelbench.config import RunConfig
@@ -77,7 +78,7 @@ def prepare(plugin: str, variant: str | None, batch: int, inter_op_threads: int 
 
     [ref] = PluginHost().select([plugin])
     [plan] = runner.plan([ref], RunConfig(global_batch=batch, precision="fp32", variant=variant,
-                                                        inter_op_threads=inter_op_threads))
+                                                        inter_op_threads=inter_op_threads, options=options or {}))
     apply_process_settings(plan.config)
     backend = ref.backend
     backend.prepare(plan.config)
@@ -197,6 +198,8 @@ def main():
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
     parser.add_argument("--inter-op-threads", type=int, default=None,
                         help="default: the framework's; 1 runs one operator at a time")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a backend option, as accelbench run's (repeatable), e.g. fused_sgd=false")
     args = parser.parse_args()
     if args.reference:
         ops = tf_cnn_benchmarks_ops(args.references, args.variant or "v1", args.batch, args.warmup, args.steps,
@@ -205,7 +208,7 @@ def main():
         return
     if args.plugin == "mxnet_ngc":  # before MXNet is imported (in prepare)
         os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
-    backend = prepare(args.plugin, args.variant, args.batch, args.inter_op_threads)
+    backend = prepare(args.plugin, args.variant, args.batch, args.inter_op_threads, dict(map(option, args.option)))
     for _ in range(args.warmup):
         backend.step()
     rate, cpu = unprofiled(backend, args.batch, args.steps)
@@ -217,6 +220,15 @@ def main():
                      f"({1000 * args.batch / rate:.0f} ms/step); per step CPU user {cpu['user_s'] * 1000:.0f} ms, "
                      f"system {cpu['system_s'] * 1000:.0f} ms, {cpu['minor_faults']:.0f} minor page faults;",
                      ops, args.steps)
+
+
+def option(text: str) -> tuple[str, object]:
+    """KEY=VALUE as accelbench run's --option reads it: the value as JSON where it is JSON, else text."""
+    key, _, value = text.partition("=")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def print_categories(title: str, ops: dict[str, float], steps: int) -> None:
