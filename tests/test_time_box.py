@@ -221,8 +221,8 @@ def test_bf16_emulation_is_told_from_the_kernel_onednn_ran(kernel, flags, expect
 
 
 # XLA's optimised HLO as this project's jaxlib (0.10.2) printed it on a CPU for one bf16 convolution:
-# converts to f32 in front of an f32 convolution; and, as XLA's GPU backend prints its cuDNN calls,
-# a bf16 one with its operands' types spelt out
+# converts to f32 in front of an f32 convolution; and lines written here in the form XLA's GPU
+# backend gives its cuDNN calls (no GPU was at hand to print one), with the operands' types spelt out
 XLA_CPU_BF16_CONVOLUTION = """ENTRY %main.1 (x.1: bf16[2,8,8,4], w.1: bf16[3,3,4,4]) -> bf16[2,8,8,4] {
   %x.1 = bf16[2,8,8,4]{3,2,1,0} parameter(0), metadata={op_name="x"}
   %w.1 = bf16[3,3,4,4]{3,2,1,0} parameter(1), metadata={op_name="w"}
@@ -267,5 +267,8 @@ def test_bf16_emulation_is_told_from_what_xla_compiled(operands, platform, flags
 
     monkeypatch.setattr(environment, "cpu_flags", lambda: frozenset(flags))
     warnings = emulation_warnings("bf16", platform, operands, "the step's convolutions")
-    assert warnings == [] if expected is None else (len(warnings) == 1 and warnings[0].startswith(expected)), warnings
+    if expected is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith(expected), warnings
     assert emulation_warnings("fp32", platform, operands, "the step's convolutions") == []

@@ -1,7 +1,8 @@
 """jax_flax: ResNet-50 v1.5 in Flax, trained by a jitted optax SGD step, data-parallel over the
 local devices with ``jax.sharding``; bf16 compute with fp32 parameters (today's TPU recipe; what
-XLA makes of it is read from the compiled step, ``hlo``) or fp32. JAX needs numpy 2 and mxnet 1.9.1 numpy < 2, so this backend's workers run in an
-environment of their own, made on first use (``BackendInfo.environment``)."""
+XLA makes of it is read from the compiled step, ``hlo``) or fp32. JAX needs numpy 2 and mxnet
+1.9.1 numpy < 2, so this backend's workers run in an environment of their own, made on first use
+(``BackendInfo.environment``)."""
 
 from __future__ import annotations
 

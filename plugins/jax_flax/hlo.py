@@ -1,10 +1,11 @@
 """What XLA compiled: the element types a compiled program's convolutions and matrix products
 multiply, read from its optimised HLO text (``jax.jit(f).lower(...).compile().as_text()``).
 
-The program asks for bf16; the compiler decides. XLA's CPU backend (the PyPI jaxlib, built
+The program asks for bf16; the compiler decides. XLA's CPU backend (the PyPI jaxlib 0.10, built
 without oneDNN) rewrites every bf16 convolution and dot into converts to f32 and an f32
-operation, whatever the CPU's bf16 units; its GPU and TPU backends keep bf16. Only the compiled
-HLO says which happened. No JAX is imported here, so the host's tests can read HLO text too.
+operation, whatever the CPU's bf16 units (seen on an Intel Xeon with AMX); a GPU's or a TPU's
+backend may keep bf16 (not seen here: no accelerator was at hand). Only the compiled HLO says
+which happened. No JAX is imported here, so the host's tests can read HLO text too.
 """
 
 from __future__ import annotations
