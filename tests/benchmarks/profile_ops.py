@@ -208,7 +208,9 @@ def main():
         return
     if args.plugin == "mxnet_ngc":  # before MXNet is imported (in prepare)
         os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
-    backend = prepare(args.plugin, args.variant, args.batch, args.inter_op_threads, dict(map(option, args.option)))
+    from accelbench.cli import _option  # KEY=VALUE as accelbench run's --option reads it
+
+    backend = prepare(args.plugin, args.variant, args.batch, args.inter_op_threads, dict(map(_option, args.option)))
     for _ in range(args.warmup):
         backend.step()
     rate, cpu = unprofiled(backend, args.batch, args.steps)
@@ -220,15 +222,6 @@ def main():
                      f"({1000 * args.batch / rate:.0f} ms/step); per step CPU user {cpu['user_s'] * 1000:.0f} ms, "
                      f"system {cpu['system_s'] * 1000:.0f} ms, {cpu['minor_faults']:.0f} minor page faults;",
                      ops, args.steps)
-
-
-def option(text: str) -> tuple[str, object]:
-    """KEY=VALUE as accelbench run's --option reads it: the value as JSON where it is JSON, else text."""
-    key, _, value = text.partition("=")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def print_categories(title: str, ops: dict[str, float], steps: int) -> None:
