@@ -5,6 +5,7 @@ import pytest
 
 from accelbench.environment import cpu_flags
 from accelbench.plugins.cpu_features import bf16_emulation_warning
+from accelbench.plugins.jax_flax import hlo
 from conftest import assert_measured_allocator, assert_measured_huge_pages, loss_falls, run_backend
 
 pytestmark = pytest.mark.jax
@@ -48,7 +49,7 @@ def test_the_bf16_peak_says_what_xla_compiled_its_product_to():
     compiled = outcome.settings["xla_dot_operands"]
     assert sum(compiled.values()) == 1, compiled  # jnp.dot: one product
     emulated = [w for w in outcome.warnings if "emulated" in w]
-    assert bool(emulated) == ("bf16" not in ",".join(compiled) or bool(bf16_emulation_warning(cpu_flags())))
+    assert bool(emulated) == (not hlo.computes_in(compiled, "bf16") or bool(bf16_emulation_warning(cpu_flags())))
     shown = io.StringIO()
     with PeakTable(Console(file=shown, width=400)) as table:
         table.add(outcome)
@@ -67,7 +68,7 @@ def test_flax_loss_falls_with_bf16_compute_and_fp32_parameters():
     compiled = record["settings"]["xla_convolution_operands"]
     assert sum(compiled.values()) == SMALL_STEP_CONVOLUTIONS, compiled
     emulated = [w for w in record["warnings"] if "emulated" in w]
-    if "bf16" in ",".join(compiled):  # XLA kept bf16: the CPU's flags tell (Zen 3: emulated)
+    if hlo.computes_in(compiled, "bf16"):  # XLA kept bf16: the CPU's flags tell (Zen 3: emulated)
         flags_say = bf16_emulation_warning(cpu_flags())
         assert emulated == ([flags_say] if flags_say else [])
     else:  # XLA's CPU backend (jaxlib without oneDNN) computes bf16 convolutions in f32, whatever the CPU

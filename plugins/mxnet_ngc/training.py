@@ -223,9 +223,9 @@ class GluonRun:
             })
 
     def _onednn_settings(self) -> dict[str, str | None]:
-        if self.onednn_probe is None:  # a GPU: oneDNN was not asked (the same keys, unread, as TF's)
-            return {"onednn_max_cpu_isa": onednn.ceiling(), **onednn_unread()}
-        return {"onednn_max_cpu_isa": onednn.ceiling(), **self.onednn_probe.read_back()}
+        # no probe on a GPU: oneDNN was not asked (the same keys, unread, as TF's)
+        read_back = self.onednn_probe.read_back() if self.onednn_probe else onednn_unread()
+        return {"onednn_max_cpu_isa": onednn.ceiling(), **read_back}
 
     def _bf16_emulation(self, onednn_settings: dict[str, str | None]) -> str | None:
         """Why this run's bf16 is emulated, told from the kernel oneDNN said it ran (else from the
