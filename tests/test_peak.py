@@ -65,3 +65,35 @@ def test_a_record_above_its_peak_is_warned_about_not_clamped(monkeypatch):
                                       records.Named("fw", "1"), {"accelerators": []}, devices=1)
     assert flops.achieved_per_s == 150e9 and flops.utilisation == 1.5 and flops.peak_source == "a low figure"
     assert len(warnings) == 1 and "achieved 150% of the peak" in warnings[0]
+
+
+def test_torch_fp32_peak_times_the_faster_of_its_two_cpu_libraries():
+    outcome = peak_measure.measure(_ref("torch_ref"), "fp32", "cpu", size=256, repeats=1)
+    assert outcome.status == "ok", outcome.reason
+    probed = outcome.settings["gemm_probe_gflops"]
+    assert "onednn" in probed and len(probed) == 2  # its BLAS (MKL in PyPI's wheels) and oneDNN
+    assert outcome.settings["gemm_library"] == max(probed, key=probed.get)
+    assert all(rate > 0.1 for rate in probed.values())  # 2 x 256^3 FLOPs each, timed
+
+
+def test_torch_cpu_products_agree_whichever_library_multiplies():
+    torch = pytest.importorskip("torch")
+    from accelbench.plugins.torch_ref import gemm
+
+    generator = torch.Generator().manual_seed(0)
+    left, right = torch.randn(64, 48, generator=generator), torch.randn(48, 32, generator=generator)
+    expected = left.double() @ right.double()
+    for name, product in gemm.products(torch, left, right).items():
+        result = product()
+        result = result.to_dense() if result.is_mkldnn else result
+        assert result.shape == (64, 32), name
+        assert torch.allclose(result.double(), expected, rtol=1e-4, atol=1e-4), name
+
+
+def test_the_fastest_product_is_the_one_with_the_least_seconds():
+    import time
+
+    from accelbench.plugins.torch_ref import gemm
+
+    name, seconds = gemm.fastest({"slow": lambda: time.sleep(0.02), "quick": lambda: None}, calls=2)
+    assert name == "quick" and seconds["slow"] >= 0.02 > seconds["quick"]

@@ -89,7 +89,8 @@ class TorchResNet50(RunBackend):
         self.run = training.TorchRun(config)
         return self.run.prepared()
 
-    # accelbench peak: PyTorch's matrix product at the run's precision
+    # accelbench peak: PyTorch's matrix product at the run's precision (fp32 on a CPU: the faster
+    # of its two libraries, gemm.py)
     def prepare_matmul(self, config: RunConfig, size: int) -> Prepared:
         from . import training
 
@@ -97,13 +98,28 @@ class TorchResNet50(RunBackend):
         device = torch.device("cuda:0" if config.device == "gpu" else "cpu")
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
         generator = torch.Generator().manual_seed(config.seed)
-        self.operands = [torch.randn(size, size, generator=generator).to(device, dtype) for _ in range(2)]
+        left, right = (torch.randn(size, size, generator=generator).to(device, dtype) for _ in range(2))
+        self.product = lambda: left @ right
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        settings = {"threads": torch.get_num_threads()}
+        if device.type == "cpu" and config.precision == "fp32":
+            settings.update(self._faster_cpu_gemm(torch, left, right, size))
         return Prepared(device_name=training.device_name(torch, device), framework_version=torch.__version__,
-                        settings={"threads": torch.get_num_threads()})
+                        settings=settings)
+
+    def _faster_cpu_gemm(self, torch, left, right, size: int) -> dict:
+        """fp32 on a CPU: PyTorch's BLAS (MKL) or oneDNN, whichever multiplies faster here (MKL
+        runs a generic path on an AMD CPU); the peak times that one."""
+        from . import gemm
+
+        candidates = gemm.products(torch, left, right)
+        library, seconds = gemm.fastest(candidates)
+        self.product = candidates[library]
+        return {"gemm_library": library,
+                "gemm_probe_gflops": {name: round(2 * size**3 / s / 1e9, 1) for name, s in seconds.items()}}
 
     def matmul(self) -> None:
-        torch_product = self.operands[0] @ self.operands[1]  # CPU ops return when done; a GPU syncs
+        torch_product = self.product()  # CPU ops return when done; a GPU syncs
         self.sync()
         del torch_product
 
