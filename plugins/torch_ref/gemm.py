@@ -44,4 +44,3 @@ def _seconds(product: Callable[[], object]) -> float:
     start = time.perf_counter()
     product()
     return time.perf_counter() - start
-
