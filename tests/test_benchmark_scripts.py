@@ -31,6 +31,24 @@ def test_rounds_alternate_and_pool_images_over_wall_time():
     assert per_round == [{"accelbench": 8.0, "bare": 4.0}, {"bare": 4.0, "accelbench": 80 / 30}]
 
 
+def test_a_burn_in_run_opens_the_rounds_and_is_not_counted():
+    calls = []
+
+    def runner(label, results):
+        def run():
+            calls.append(label)
+            return results.pop(0)
+        return run
+
+    rate, per_round = bench_overhead.alternate("case", {
+        "accelbench": runner("accelbench", [(80, 80.0), (80, 10.0)]),
+        "bare": runner("bare", [(80, 20.0)])}, rounds=1, burn_in=True)
+    assert calls == ["accelbench", "accelbench", "bare"]
+    # the burn-in's 1 img/s is in neither the pooled rate nor the round's
+    assert rate == {"accelbench": 8.0, "bare": 4.0}
+    assert per_round == [{"accelbench": 8.0, "bare": 4.0}]
+
+
 def fake_garden(tmp_path, lines):
     """A stand-in for Model Garden's Python: prints its TimeHistory log lines on stderr."""
     script = tmp_path / "python"

@@ -97,10 +97,19 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
     return result["images"], result["wall_time_s"]
 
 
-def alternate(name, runners, rounds):
+def alternate(name, runners, rounds, burn_in=False):
     """Run every runner once per round, in reversed order every other round, so slow drift of a
     shared machine cancels out. runners: {label: () -> (images, wall seconds)}. Returns pooled
-    images/sec per label (all images / all wall time, never a mean of rates) and each round's."""
+    images/sec per label (all images / all wall time, never a mean of rates) and each round's.
+
+    ``burn_in``: first one run of the runner that opens round 1, not counted. Round 1's first run
+    is the only one that follows another case's program; on a VM that hands free memory back to
+    its host it ran 4-12% slower than that side's later runs in 5 of 7 cases of one sweep
+    (README, "Reference benchmark"), which the order correction of ``paired`` cannot remove."""
+    if burn_in:
+        first = next(iter(runners))
+        images, wall = runners[first]()
+        print(f"  {name} burn-in {first}: {images / wall:.2f} img/s (not counted)", flush=True)
     pooled = {label: [0, 0.0] for label in runners}
     per_round = []
     for r in range(rounds):

@@ -167,7 +167,7 @@ def measure(name, batch, options):
     started = time.strftime("%H:%M", time.gmtime())
     rate, per_round = alternate(f"{name} batch {batch}", {
         "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
-        "reference": runners[kind]}, options.rounds)
+        "reference": runners[kind]}, options.rounds, burn_in=options.burn_in)
     ours, theirs = rate["accelbench"], rate["reference"]
     ours_rounds = [r["accelbench"] for r in per_round]
     theirs_rounds = [r["reference"] for r in per_round]
@@ -284,6 +284,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--timed", type=int, default=40, help="a multiple of --warmup (the references log per warm-up)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per case and batch (>= 3 for an interval)")
+    parser.add_argument("--burn-in", action="store_true", help="open each case with one uncounted run of the "
+                        "side that goes first (a VM's first run after another program can be slow)")
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
     parser.add_argument("--shipped-malloc", choices=["as-shipped", "plugin"], default="as-shipped",
                         help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
@@ -309,7 +311,8 @@ def main():
             results.append(measured_or_failed(name, batch, options))
             print(table_row(results[-1]), flush=True)  # kept in the log if a later case is stopped
     print(f"\n{machine_header()}")
-    print(f"shipped references' malloc: {options.shipped_malloc}; bare loops: the plugin's")
+    print(f"shipped references' malloc: {options.shipped_malloc}; bare loops: the plugin's; "
+          f"burn-in: {'one uncounted run per case' if options.burn_in else 'none'}")
     print(TABLE_HEADER)
     for r in results:
         print(table_row(r))
