@@ -103,9 +103,10 @@ def alternate(name, runners, rounds, burn_in=False):
     images/sec per label (all images / all wall time, never a mean of rates) and each round's.
 
     ``burn_in``: first one run of the runner that opens round 1, not counted. Round 1's first run
-    is the only one that follows another case's program; on a VM that hands free memory back to
-    its host it ran 4-12% slower than that side's later runs in 5 of 7 cases of one sweep
-    (README, "Reference benchmark"), which the order correction of ``paired`` cannot remove."""
+    is the only one that follows another case's program; in one batch-32 sweep on a VM that hands
+    free memory back to its host it was the slowest of its side's three in 8 of 12 cases, by 1-17%
+    (README, "Reference benchmark"), which the order correction of ``paired`` cannot remove. The
+    batch-8 sweep after it, with the burn-in, showed no such first run: there it buys nothing."""
     if burn_in:
         first = next(iter(runners))
         images, wall = runners[first]()
