@@ -13,18 +13,19 @@ import bench_overhead  # noqa: E402
 import bench_reference  # noqa: E402
 
 
+def recording(calls, label, results):
+    """A runner for ``alternate`` that notes each call and returns the next (images, seconds)."""
+    def run():
+        calls.append(label)
+        return results.pop(0)
+    return run
+
+
 def test_rounds_alternate_and_pool_images_over_wall_time():
     calls = []
-
-    def runner(label, results):
-        def run():
-            calls.append(label)
-            return results.pop(0)
-        return run
-
     rate, per_round = bench_overhead.alternate("case", {
-        "accelbench": runner("accelbench", [(80, 10.0), (80, 30.0)]),
-        "bare": runner("bare", [(80, 20.0), (80, 20.0)])}, rounds=2)
+        "accelbench": recording(calls, "accelbench", [(80, 10.0), (80, 30.0)]),
+        "bare": recording(calls, "bare", [(80, 20.0), (80, 20.0)])}, rounds=2)
     assert calls == ["accelbench", "bare", "bare", "accelbench"]
     # pooled: 160 images / 40 s each, although the mean of accelbench's two rates would be 5.33
     assert rate == {"accelbench": 4.0, "bare": 4.0}
@@ -33,16 +34,9 @@ def test_rounds_alternate_and_pool_images_over_wall_time():
 
 def test_a_burn_in_run_opens_the_rounds_and_is_not_counted():
     calls = []
-
-    def runner(label, results):
-        def run():
-            calls.append(label)
-            return results.pop(0)
-        return run
-
     rate, per_round = bench_overhead.alternate("case", {
-        "accelbench": runner("accelbench", [(80, 80.0), (80, 10.0)]),
-        "bare": runner("bare", [(80, 20.0)])}, rounds=1, burn_in=True)
+        "accelbench": recording(calls, "accelbench", [(80, 80.0), (80, 10.0)]),
+        "bare": recording(calls, "bare", [(80, 20.0)])}, rounds=1, burn_in=True)
     assert calls == ["accelbench", "accelbench", "bare"]
     # the burn-in's 1 img/s is in neither the pooled rate nor the round's
     assert rate == {"accelbench": 8.0, "bare": 4.0}
