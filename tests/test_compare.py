@@ -110,9 +110,10 @@ def test_exit_codes_gate_on_the_worst_verdict():
 
 
 def test_cli_compare_two_files_json_and_exit_code(accelbench_cli, tmp_path):
-    # 20 ms steps and 10% apart: a few ms of preemption on a loaded CI machine (5 ms steps, 5%
-    # apart) once left the verdict undecided
-    for name, scale in (("a", 1.0), ("b", 1.10)):
+    # 20 ms steps and 25% apart: preemption on a loaded CI machine left the verdict undecided at
+    # 5 ms steps 5% apart, and at 20 ms 10% apart (one trial of three 8% slow on a 2-core Zen 3
+    # with a pip install beside it: 1.075, 1.030-1.100 against a tolerance of 3%)
+    for name, scale in (("a", 1.0), ("b", 1.25)):
         done = accelbench_cli("run", "--plugin", "sleepy", "--warmup-steps", "2", "--timed-steps", "20", "--trials", "3",
                               "--option", "step_ms=20", "--option", f"scale={scale}", "-o", str(tmp_path / f"{name}.json"))
         assert done.returncode == 0, done.stderr
@@ -121,7 +122,7 @@ def test_cli_compare_two_files_json_and_exit_code(accelbench_cli, tmp_path):
     [comparison] = json.loads(result.stdout)["comparisons"]
     assert comparison["a"] == "sleepy:fixed-time [a.json]" and comparison["verdict"] == "outside"
     # two runs one after the other, unpaired: a loaded CI machine has moved such a ratio by 2.5%
-    assert comparison["ratio"] == pytest.approx(1.10, rel=0.05)
+    assert comparison["ratio"] == pytest.approx(1.25, rel=0.05)
     table = accelbench_cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--tolerance", "3%")
     assert "outside" in table.stdout and table.returncode == 1
 

@@ -46,6 +46,27 @@ def test_the_onednn_setting_is_read_back_from_tensorflow(monkeypatch, asked, use
         assert ":" in kernel and "bf16" not in kernel and isa.startswith("Intel"), (kernel, isa)
 
 
+#: the CPU features TF 2.21 turns its oneDNN ops on for by itself (x86 Linux)
+TF_ONEDNN_BY_DEFAULT = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}
+
+
+@pytest.mark.parametrize("onednn", [None, False])
+def test_the_plugin_turns_onednn_on_unless_its_option_says_false(monkeypatch, onednn):
+    from accelbench.environment import cpu_flags
+
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    options = {} if onednn is None else {"onednn": onednn}
+    record = run_backend("tf_benchmarks", timed_steps=2, warmup_steps=1, options=options)
+    assert record["status"] == "ok", record["reason"]
+    if onednn is None:  # on everywhere, where TensorFlow itself leaves it off too (AVX2-only Zen 3)
+        assert record["settings"]["onednn"] == "on (TF_ENABLE_ONEDNN_OPTS=1, set by the plugin's option onednn)"
+        assert ":" in record["settings"]["onednn_convolution"], record["settings"]
+    else:  # TensorFlow's own choice, from the CPU
+        used = "on" if cpu_flags() & TF_ONEDNN_BY_DEFAULT else "off"
+        assert record["settings"]["onednn"] == f"{used} (TensorFlow's default on this CPU)"
+        assert (record["settings"]["onednn_convolution"] is None) == (used == "off")
+
+
 def test_tf_benchmarks_mirrored_over_two_logical_cpus():
     record = run_backend("tf_benchmarks", device="cpu", device_count=2, per_device_batch=4)
     assert record["status"] == "ok", record["reason"]

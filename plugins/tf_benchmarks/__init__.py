@@ -12,7 +12,7 @@ from accelbench.plugins.extras import extra
 from accelbench import BackendInfo, Option, RunConfig
 
 from ..model_specs import RESNET50_VARIANTS
-from ..tf_common import Recipe, TfBackend
+from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend
 
 VERSION = "1.0.0"
 # tf_cnn_benchmarks' defaults: momentum 0.9 (Nesterov), weight decay 4e-5
@@ -27,7 +27,8 @@ class TfCnnResNet50(TfBackend):
         # the study's 4xV100 TensorFlow run used batch 1024 = 256 per GPU
         default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
-        options={"jit_compile": Option("compile the step with XLA (default false: slower on CPU)", kind="bool")},
+        options={"jit_compile": Option("compile the step with XLA (default false: slower on CPU)", kind="bool"),
+                 "onednn": ONEDNN_OPTION},
         data_format="tfrecord", environment=extra("tf"),
         # glibc's malloc in transparent huge pages: 1.018x at batch 32 (v1.5 fp32, 3 alternating
         # rounds 1.014-1.025, 2-core Xeon with AMX, README "Headroom levers")

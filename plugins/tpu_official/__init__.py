@@ -13,7 +13,7 @@ import accelbench
 from accelbench.plugins.extras import extra
 from accelbench import BackendInfo, Option, RunConfig
 
-from ..tf_common import Recipe, TfBackend
+from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend
 
 VERSION = "1.0.0"
 WEIGHT_DECAY = 1e-4
@@ -31,7 +31,8 @@ class OfficialTpuResNet50(TfBackend):
         description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
         options={"steps_per_loop": Option("training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)",
                                           kind="int", minimum=1),
-                 "tpu": Option("TPU name or address for TPUClusterResolver (default local)", kind="str")},
+                 "tpu": Option("TPU name or address for TPUClusterResolver (default local)", kind="str"),
+                 "onednn": ONEDNN_OPTION},
         data_format="tfrecord", environment=extra("tf"),
         # glibc's malloc in transparent huge pages: 1.037x at batch 32 and 1.033x at 8 (bf16, 10
         # steps a loop, 3 alternating rounds each, every round above 1; 2-core Xeon with AMX,

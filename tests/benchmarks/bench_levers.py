@@ -30,6 +30,7 @@ from bench_reference import machine_header
 
 PLUGINS = {
     "tf": ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
+    "tf-bf16": ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "bf16"],
     "mxnet": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "fp32"],
     "mxnet-bf16": ["--plugin", "mxnet_ngc", "--variant", "v1.5", "--precision", "bf16"],
     "torch": ["--plugin", "torch_ref", "--precision", "fp32"],
@@ -43,7 +44,10 @@ MXNET_AS_SHIPPED = {"DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16"}  # oneDNN 2.4's defa
 BASELINE_ENV = {"mxnet": MXNET_AS_SHIPPED, "mxnet-bf16": MXNET_AS_SHIPPED}
 #: and its arguments: PyTorch's own SGD update (torch_ref keeps the fused one on a CPU)
 TORCH_AS_SHIPPED = ["--option", "fused_sgd=false"]
-BASELINE_ARGS = {"torch": TORCH_AS_SHIPPED, "torch-bf16": TORCH_AS_SHIPPED}
+#: TensorFlow's own oneDNN choice (the TF plugins turn its oneDNN ops on on a CPU where TF 2.21 leaves them off)
+TF_AS_SHIPPED = ["--option", "onednn=false"]
+BASELINE_ARGS = {"torch": TORCH_AS_SHIPPED, "torch-bf16": TORCH_AS_SHIPPED,
+                 "tf": TF_AS_SHIPPED, "tf-bf16": TF_AS_SHIPPED, "tpu": TF_AS_SHIPPED}
 
 
 
@@ -58,6 +62,7 @@ IOMP = intel_openmp()
 
 #: a lever for PyTorch's step applies at both precisions
 TORCH = ("torch", "torch-bf16")
+TF = ("tf", "tf-bf16", "tpu")
 # lever: (accelbench arguments, worker environment, the plugins it applies to)
 LEVERS = {
     "jemalloc": (["--allocator", "jemalloc"], {}, ("tf", "mxnet", "mxnet-bf16", *TORCH, "jax")),
@@ -77,6 +82,9 @@ LEVERS = {
     "system-thp": (["--allocator", "system", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", *TORCH, "jax")),
     "jemalloc-thp": (["--allocator", "jemalloc", "--huge-pages", "on"], {}, ("mxnet", "mxnet-bf16", *TORCH, "jax")),
     "inter-op-1": (["--inter-op-threads", "1"], {}, ("tf", *TORCH)),
+    # TensorFlow's oneDNN ops in place of its Eigen kernels: TF 2.21 turns them on by itself only
+    # on a CPU with AVX-512 VNNI/bf16 or AMX (elsewhere, the same as the baseline)
+    "tf-onednn": (["--option", "onednn=true"], {}, TF),
     # TensorFlow keeps each oneDNN op's primitive for the next step instead of asking oneDNN's
     # cache for it anew (some sixty a ResNet-50 step by default, to spare the memory)
     "tf-primitive-reuse": ([], {"TF_MKL_OPTIMIZE_PRIMITIVE_MEMUSE": "false"}, ("tf", "tpu")),

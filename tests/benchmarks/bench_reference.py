@@ -19,7 +19,9 @@ decided on the same CPU in the same hour.
   (`bare_jax.py`, in the plugin's own environment) beside `jax_flax`. A bare loop is ours, not a
   program someone ships, so it gets the malloc (and MXNet's oneDNN ceiling) the plugin's worker
   had; the shipped references run as they ship (the C library's malloc), or with the plugin's
-  (`--shipped-malloc plugin`), which tells a framework's lead from its allocator's.
+  (`--shipped-malloc plugin`), which tells a framework's lead from its allocator's; the TF ones
+  with TensorFlow's own oneDNN choice, or the TF plugin's (`--shipped-onednn plugin`: the plugins
+  turn oneDNN on where TF 2.21 leaves it off, on a CPU without AVX-512 VNNI/bf16 or AMX).
 
     python tests/benchmarks/bench_reference.py --batch-sizes 8,32 --timed 20 --rounds 4
     python tests/benchmarks/bench_reference.py --case tfcnn-v1-fp32 --case mxscript-v1-fp32
@@ -154,7 +156,8 @@ def measure(name, batch, options):
     loop = LOOP_STEPS.get(name, 1)
     warmup, timed = (-(-steps // loop) * loop for steps in (options.warmup, options.timed))
     seen = {}
-    shipped_env = lambda: shipped_malloc(options.shipped_malloc, seen)  # noqa: E731
+    shipped_env = lambda: {**shipped_malloc(options.shipped_malloc, seen),  # noqa: E731
+                           **shipped_onednn(options.shipped_onednn, seen)}
     runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed, shipped_env()),
                "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed,
                                                         shipped_env()),
@@ -243,6 +246,14 @@ def shipped_malloc(choice, seen):
     return allocators.worker_environment(malloc_of(seen), huge_pages_of(seen)) if choice == "plugin" else {}
 
 
+def shipped_onednn(choice, seen):
+    """TensorFlow's oneDNN switch for a shipped reference: as it ships (TensorFlow decides from the
+    CPU), or as the plugin's worker had it (its record's ``settings.onednn``: "on (...)"), which
+    separates TensorFlow's lead from its oneDNN's on a CPU where TF 2.21 leaves oneDNN off."""
+    used = seen["settings"].get("onednn", "").partition(" ")[0]
+    return {"TF_ENABLE_ONEDNN_OPTS": "1" if used == "on" else "0"} if choice == "plugin" and used else {}
+
+
 def huge_pages_of(seen):
     """on or off, as the plugin's record says its worker ran (``settings.huge_pages``: "on (...)")."""
     return seen["settings"].get("huge_pages", "off").partition(" ")[0]
@@ -290,6 +301,9 @@ def main():
     parser.add_argument("--shipped-malloc", choices=["as-shipped", "plugin"], default="as-shipped",
                         help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
                         "(as they ship; default) or the one the plugin's worker had (bare loops always get that)")
+    parser.add_argument("--shipped-onednn", choices=["as-shipped", "plugin"], default="as-shipped",
+                        help="TensorFlow's oneDNN ops in tf_cnn_benchmarks and Model Garden: TensorFlow's own "
+                        "choice on this CPU (as they ship; default) or the plugin's worker's")
     parser.add_argument("--markdown", action="store_true", help="also print the results as rows of the "
                         "README's tables (plugin, steps, ratio in bold where its interval excludes 1, UTC times)")
     parser.add_argument("--keep-records", type=Path, help="a folder to keep every accelbench run's results "
@@ -311,7 +325,8 @@ def main():
             results.append(measured_or_failed(name, batch, options))
             print(table_row(results[-1]), flush=True)  # kept in the log if a later case is stopped
     print(f"\n{machine_header()}")
-    print(f"shipped references' malloc: {options.shipped_malloc}; bare loops: the plugin's; "
+    print(f"shipped references' malloc: {options.shipped_malloc}; TensorFlow's oneDNN: {options.shipped_onednn}; "
+          "bare loops: the plugin's; "
           f"burn-in: {'one uncounted run per case' if options.burn_in else 'none'}")
     print(TABLE_HEADER)
     for r in results:
