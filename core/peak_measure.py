@@ -19,6 +19,12 @@ ACCELERATOR_SIZE = 8192
 DEFAULT_REPEATS = 3
 #: products per timed run
 CALLS_PER_REPEAT = 4
+#: the longest one product of the default side may take: a precision the hardware lacks, emulated
+#: in software, can be hundreds of times slower (PyTorch's bf16 product on an AVX2-only Zen 3: 0.3
+#: GFLOP/s, a minute for one 2048² product, 13 minutes for the peak), so it is measured on a
+#: smaller side, halved until a product fits, as told from one timed product of PROBE_SIDE²
+SLOW_PRODUCT_S = 2.0
+PROBE_SIDE = 512
 
 
 @dataclass
@@ -53,6 +59,7 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | N
     if item.precheck:
         outcome.reason = item.precheck.reason
         return outcome
+    fit_size = size is None
     size = size or DEFAULT_SIZE.get(item.config.device, ACCELERATOR_SIZE)
     try:
         python, _ = envs.interpreter(item.setup, True)  # the framework's own environment, if it has one
@@ -68,6 +75,9 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | N
         if refusal:
             outcome.reason = refusal
             return outcome
+        if fit_size:
+            size, slow = fitted_size(worker, size)
+            outcome.warnings += [slow] if slow else []
         prepared = worker.call("prepare_matmul", size)
         timings = worker.call("matmul", CALLS_PER_REPEAT, repeats)
     except WorkerFailure as failure:
@@ -80,9 +90,28 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | N
     best = max(t.timed_calls * flops_per_call / t.wall_time_s for t in timings)
     env = environment.collect()
     version = prepared.framework_version or ref.framework_version()
-    outcome.status, outcome.settings, outcome.warnings = "ok", prepared.settings, list(prepared.warnings)
+    outcome.status, outcome.settings = "ok", prepared.settings
+    outcome.warnings = list(prepared.warnings) + outcome.warnings
     outcome.measurement = peaks.Measured(
         machine=peaks.machine_id(env, item.config.device, prepared.device_name), device_kind=item.config.device,
         device_name=prepared.device_name, framework=info.framework, framework_version=version,
         precision=precision, size=size, repeats=repeats, flops_per_s=best, measured_utc=records.utc_now())
     return outcome
+
+
+def fitted_size(worker: Worker, size: int) -> tuple[int, str | None]:
+    """The default side, or half of it as often as one product would take longer than
+    SLOW_PRODUCT_S, told from one timed product of PROBE_SIDE² in this worker; with the warning
+    that says why the side is smaller (None where it is not)."""
+    if size <= PROBE_SIDE:
+        return size, None
+    worker.call("prepare_matmul", PROBE_SIDE)
+    [probe] = worker.call("matmul", 1, 1)
+    seconds = probe.wall_time_s / probe.timed_calls
+    chosen = size
+    while chosen > PROBE_SIDE and seconds * (chosen / PROBE_SIDE) ** 3 > SLOW_PRODUCT_S:
+        chosen //= 2
+    if chosen == size:
+        return size, None
+    return chosen, (f"a {PROBE_SIDE}² product took {seconds:.2f} s here, so a {size}² one would take about "
+                    f"{seconds * (size / PROBE_SIDE) ** 3:.0f} s: the peak is of {chosen}² products")

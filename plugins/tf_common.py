@@ -94,7 +94,9 @@ class TfBackend(RunBackend):
         self.product = tf.function(lambda a, b: tf.matmul(a, b)[0, 0])
         return Prepared(device_name=_device_name(tf, config, [name]), framework_version=tf.__version__,
                         settings={"onednn": onednn_setting(),
-                                  "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()})
+                                  "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()},
+                        # a product oneDNN is not asked about: told from the CPU, the ceiling and the switch
+                        warnings=cpu_precision_warnings(config, onednn_unread()))
 
     def matmul(self) -> None:
         self.product(*self.operands).numpy()

@@ -97,3 +97,43 @@ def test_the_fastest_product_is_the_one_with_the_least_seconds():
 
     name, seconds = gemm.fastest({"slow": lambda: time.sleep(0.02), "quick": lambda: None}, calls=2)
     assert name == "quick" and seconds["slow"] >= 0.02 > seconds["quick"]
+
+
+class _FakeWorker:
+    """A worker whose one product of side N takes ``seconds_per_flop`` x 2N³ seconds."""
+
+    def __init__(self, seconds_per_flop):
+        self.seconds_per_flop, self.side, self.calls = seconds_per_flop, None, []
+
+    def call(self, command, *args):
+        from accelbench.timing import Timing
+
+        self.calls.append((command, *args))
+        if command == "prepare_matmul":
+            self.side = args[0]
+            return None
+        timed = args[0]
+        seconds = 2 * self.side ** 3 * self.seconds_per_flop
+        return [Timing(step_times=[seconds] * timed, wall_time_s=timed * seconds, timed_calls=timed, steps_per_call=1)]
+
+
+@pytest.mark.parametrize("gflops, side", [(100, 2048), (2, 1024), (0.3, 512), (0.01, 512)])
+def test_a_slow_product_is_measured_on_a_smaller_side(gflops, side):
+    worker = _FakeWorker(1 / (gflops * 1e9))
+    chosen, warning = peak_measure.fitted_size(worker, 2048)
+    assert chosen == side and worker.calls == [("prepare_matmul", 512), ("matmul", 1, 1)]
+    # one product of the chosen side fits the bound, one of twice the side would not
+    assert 2 * chosen ** 3 / (gflops * 1e9) <= peak_measure.SLOW_PRODUCT_S or chosen == peak_measure.PROBE_SIDE
+    assert chosen == 2048 or 2 * (2 * chosen) ** 3 / (gflops * 1e9) > peak_measure.SLOW_PRODUCT_S
+    assert (warning is None) == (side == 2048)
+    if warning:
+        assert warning.startswith("a 512² product took ") and warning.endswith(f"the peak is of {side}² products")
+
+
+@pytest.mark.skipif(NATIVE_BF16, reason="PyTorch's bf16 product is fast where the CPU has bf16")
+def test_an_emulated_bf16_peak_is_quick_and_says_so():
+    outcome = peak_measure.measure(_ref("torch_ref"), "bf16", "cpu", repeats=1)
+    assert outcome.status == "ok", outcome.reason
+    assert [w for w in outcome.warnings if w.startswith("bf16 is emulated")], outcome.warnings
+    if outcome.measurement.size < 2048:  # slow enough to be measured smaller: the warning says why
+        assert any(w.endswith(f"the peak is of {outcome.measurement.size}² products") for w in outcome.warnings)

@@ -105,7 +105,7 @@ class TorchResNet50(RunBackend):
         if device.type == "cpu" and config.precision == "fp32":
             settings.update(self._faster_cpu_gemm(torch, left, right, size))
         return Prepared(device_name=training.device_name(torch, device), framework_version=torch.__version__,
-                        settings=settings)
+                        settings=settings, warnings=_cpu_bf16_warnings(config))
 
     def _faster_cpu_gemm(self, torch, left, right, size: int) -> dict:
         """fp32 on a CPU: PyTorch's BLAS (MKL) or oneDNN, whichever multiplies faster here (MKL
@@ -139,6 +139,17 @@ class TorchResNet50(RunBackend):
 
         self.run = data.TorchDatasetRun(config, dataset)
         return self.run.prepared()
+
+
+def _cpu_bf16_warnings(config: RunConfig) -> list[str]:
+    """A bf16 product on a CPU without bf16 instructions (or under a oneDNN ceiling below them)."""
+    if config.device != "cpu" or config.precision != "bf16":
+        return []
+    from accelbench.environment import cpu_flags
+    from accelbench.plugins.cpu_features import bf16_emulation_warning, onednn_ceiling
+
+    warning = bf16_emulation_warning(cpu_flags(), onednn_ceiling())
+    return [warning] if warning else []
 
 
 @accelbench.hookimpl
