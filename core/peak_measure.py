@@ -20,7 +20,7 @@ DEFAULT_REPEATS = 3
 #: products per timed run
 CALLS_PER_REPEAT = 4
 #: the longest one product of the default side may take: a precision the hardware lacks, emulated
-#: in software, can be hundreds of times slower (PyTorch's bf16 product on an AVX2-only Zen 3: 0.3
+#: in software, can be hundreds of times slower (one framework's bf16 product on an AVX2-only Zen 3: 0.3
 #: GFLOP/s, a minute for one 2048² product, 13 minutes for the peak), so it is measured on a
 #: smaller side, halved until a product fits, as told from one timed product of PROBE_SIDE²
 SLOW_PRODUCT_S = 2.0

@@ -161,7 +161,7 @@ def test_a_lever_is_measured_against_a_baseline_it_changes(monkeypatch):
     # tcmalloc has no huge-page setting: "thp" on it would be refused, the other mallocs' stay
     on_tcmalloc = bench_levers.default_levers("jax", "tcmalloc")
     assert set(on_tcmalloc) == {"jemalloc", "system-thp", "jemalloc-thp"}
-    assert bench_levers.default_levers("tpu", "tcmalloc") == ["tf-primitive-reuse"]  # no "thp" on it
+    assert bench_levers.default_levers("tpu", "tcmalloc") == ["tf-onednn", "tf-primitive-reuse"]  # no "thp" on it
     # a kernel without them: no huge-page lever at all (each would be refused), the others stay
     monkeypatch.setattr(allocators, "thp_mode", lambda: "never")
     assert bench_levers.default_levers("mxnet", "system") == ["jemalloc", "tcmalloc", "onednn-amx", "omp-bind",
