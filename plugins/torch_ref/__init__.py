@@ -16,6 +16,7 @@ import os
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.backend import RunBackend
+from accelbench.plugins.cpu_features import onednn_unread
 from accelbench.plugins.extras import extra
 from accelbench.errors import UsageError
 from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
@@ -105,7 +106,8 @@ class TorchResNet50(RunBackend):
         if device.type == "cpu" and config.precision == "fp32":
             settings.update(self._faster_cpu_gemm(torch, left, right, size))
         return Prepared(device_name=training.device_name(torch, device), framework_version=torch.__version__,
-                        settings=settings, warnings=_cpu_bf16_warnings(config))
+                        # a product oneDNN is not asked about: told from the CPU and the ceiling
+                        settings=settings, warnings=training.cpu_bf16_warnings(config, onednn_unread()))
 
     def _faster_cpu_gemm(self, torch, left, right, size: int) -> dict:
         """fp32 on a CPU: PyTorch's BLAS (MKL) or oneDNN, whichever multiplies faster here (MKL
@@ -139,17 +141,6 @@ class TorchResNet50(RunBackend):
 
         self.run = data.TorchDatasetRun(config, dataset)
         return self.run.prepared()
-
-
-def _cpu_bf16_warnings(config: RunConfig) -> list[str]:
-    """A bf16 product on a CPU without bf16 instructions (or under a oneDNN ceiling below them)."""
-    if config.device != "cpu" or config.precision != "bf16":
-        return []
-    from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_warning, onednn_ceiling
-
-    warning = bf16_emulation_warning(cpu_flags(), onednn_ceiling())
-    return [warning] if warning else []
 
 
 @accelbench.hookimpl

@@ -247,7 +247,7 @@ class TorchRun:
             flops_per_image=self.flops_per_image,
             data_placement="device",
             framework_version=torch.__version__,
-            warnings=self._warnings(onednn),
+            warnings=cpu_bf16_warnings(self.config, onednn),
             settings={
                 **onednn,
                 "torchvision": _version("torchvision"),
@@ -295,13 +295,17 @@ class TorchRun:
             return onednn_unread()
         return onednn_verbose_read_back(log.text)
 
-    def _warnings(self, onednn: dict[str, str | None]) -> list[str]:
-        if self.config.device != "cpu" or self.config.precision != "bf16":
-            return []
-        from accelbench.environment import cpu_flags
 
-        warning = bf16_emulation_from_onednn("PyTorch", onednn, cpu_flags())  # its convolutions: oneDNN
-        return [warning] if warning else []
+
+def cpu_bf16_warnings(config: RunConfig, onednn: dict[str, str | None]) -> list[str]:
+    """Why a bf16 run or product on the CPU is emulated, if it is: told from the kernel oneDNN said
+    it ran (``onednn``), else from the CPU flags and oneDNN's ceiling."""
+    if config.device != "cpu" or config.precision != "bf16":
+        return []
+    from accelbench.environment import cpu_flags
+
+    warning = bf16_emulation_from_onednn("PyTorch", onednn, cpu_flags())  # its convolutions: oneDNN
+    return [warning] if warning else []
 
 
 def _sgd_implementation(optimizer) -> str:
