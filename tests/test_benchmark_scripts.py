@@ -1,6 +1,7 @@
 """The benchmark scripts' own accounting (the scripts are run by hand on full shapes, not in CI)."""
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -41,6 +42,54 @@ def test_a_burn_in_run_opens_the_rounds_and_is_not_counted():
     # the burn-in's 1 img/s is in neither the pooled rate nor the round's
     assert rate == {"accelbench": 8.0, "bare": 4.0}
     assert per_round == [{"accelbench": 8.0, "bare": 4.0}]
+
+
+def test_rounds_are_added_while_the_stop_rule_says_go_on():
+    calls, seen = [], []
+
+    def go_on(per_round):
+        seen.append(len(per_round))
+        return len(per_round) < 4
+    _, per_round = bench_overhead.alternate("case", {
+        "accelbench": recording(calls, "accelbench", [(80, 10.0)] * 4),
+        "bare": recording(calls, "bare", [(80, 20.0)] * 4)}, rounds=2, go_on=go_on)
+    # asked only once the fixed rounds ran, then after each added one; the order still alternates
+    assert seen == [2, 3, 4] and len(per_round) == 4
+    assert calls == ["accelbench", "bare", "bare", "accelbench"] * 2
+
+
+@pytest.mark.parametrize("ci, expected", [
+    ((1.004, 1.080), "ahead"), ((0.985, 1.120), "not behind"), ((0.980, 0.999), "not behind"),
+    ((0.930, 0.975), "behind"), ((0.950, 1.100), "undecided"), ((0.970, 0.990), "undecided"),
+    ((1.050, 1.050), "undecided")])  # no interval: nothing is decided
+def test_the_verdict_against_the_bar_rests_on_the_whole_interval(ci, expected):
+    assert bench_overhead.bar_verdict(ci) == expected
+
+
+def rounds_of(ratios):
+    """Alternating rounds (accelbench first in even rounds) with these accelbench / reference ratios."""
+    return [{"accelbench": 10.0 * x, "reference": 10.0} if i % 2 == 0 else {"reference": 10.0, "accelbench": 10.0 * x}
+            for i, x in enumerate(ratios)]
+
+
+def test_looks_add_rounds_until_the_verdict_is_decided():
+    looks = bench_reference.Looks(rounds=4, max_rounds=8)
+    # the 5% split evenly over the five looks planned (after rounds 4, 5, 6, 7 and 8)
+    assert looks.confidence == pytest.approx(0.99)
+    assert not looks.go_on("case", rounds_of([1.01, 1.02, 1.00, 1.015]))  # tight above 0.98: not behind
+    assert looks.go_on("case", rounds_of([0.90, 1.10, 1.00, 0.95]))  # wide: another round
+    assert not looks.go_on("case", rounds_of([0.90, 1.10, 1.00, 0.95, 1.05, 0.92, 1.08, 0.99]))  # the limit
+    # a fixed number of rounds is one look at 95%, and asks for no more
+    fixed = bench_reference.Looks(rounds=3, max_rounds=None)
+    assert fixed.confidence == 0.95 and not fixed.go_on("case", rounds_of([0.90, 1.10, 1.00]))
+
+
+def test_an_undecided_verdict_says_about_how_many_more_rounds_would_decide_it():
+    # half-width 0.05 in log at 4 rounds, 0.0202 from the bar: (0.05 / 0.0202)^2 x 4 = 24.5 rounds in all
+    ci = (1.0 / math.exp(0.05), 1.0 * math.exp(0.05))
+    assert bench_overhead.more_rounds(1.0, ci, rounds=4) == 21
+    assert bench_overhead.more_rounds(0.98, ci, rounds=4) is None  # on the bar: no number of rounds
+    assert bench_overhead.more_rounds(1.0, (1.0, 1.0), rounds=2) is None  # no interval yet
 
 
 def fake_garden(tmp_path, lines):
@@ -182,12 +231,20 @@ def test_a_result_prints_as_a_readme_table_row():
               "pooled_ratio": 0.9971, "ci95": (0.986, 1.009), "round_ratios": [1.019, 0.990, 0.983],
               "gflops_per_s": 217.84, "utilisation": 0.491, "reference_utilisation": 0.4925, "what": "bare loop",
               "allocator": "tcmalloc", "huge_pages": "off", "steps": (5, 15), "label": "`torch_ref` v1.5 fp32",
-              "measured_utc": "22:49-22:55"}
+              "measured_utc": "22:49-22:55", "verdict": "not behind", "verdict_ci": (0.986, 1.009),
+              "verdict_confidence": 0.95}
     cells = [c.strip() for c in bench_reference.markdown_row(result).split("|")[1:-1]]
-    assert len(cells) == len(bench_reference.MARKDOWN_HEADER.splitlines()[0].split("|")[1:-1]) == 13
+    assert len(cells) == len(bench_reference.MARKDOWN_HEADER.splitlines()[0].split("|")[1:-1]) == 14
     assert cells == ["`torch_ref` v1.5 fp32 (tcmalloc)", "8", "5 + 15", "8.88", "8.90", "0.997", "0.986–1.009",
-                     "0.997", "1.019 0.990 0.983", "217.8", "49% / 49%", "bare loop `bare_torch.py --precision fp32`",
-                     "22:49-22:55"]
+                     "not behind", "0.997", "1.019 0.990 0.983", "217.8", "49% / 49%",
+                     "bare loop `bare_torch.py --precision fp32`", "22:49-22:55"]
+    # a look of --max-rounds names the interval its verdict rests on
+    looked = {**result, "verdict_ci": (0.981, 1.014), "verdict_confidence": 1 - 0.05 / 6}
+    assert "| not behind (99.17% CI 0.981–1.014) |" in bench_reference.markdown_row(looked)
+    assert "not behind (99.17% CI 0.981–1.014); bare loop" in bench_reference.table_row(looked)
+    # an undecided one, about how many more rounds would decide it
+    wide = {**result, "verdict": "undecided", "ci95": (0.95, 1.05), "verdict_ci": (0.95, 1.05)}
+    assert "| undecided (~23 more rounds) |" in bench_reference.markdown_row(wide)
     # bold only where the interval excludes 1, on either side; no interval under 3 rounds
     assert "| **1.041** |" in bench_reference.markdown_row({**result, "ratio": 1.041, "ci95": (1.033, 1.049)})
     assert "| **0.950** |" in bench_reference.markdown_row({**result, "ratio": 0.950, "ci95": (0.94, 0.96)})

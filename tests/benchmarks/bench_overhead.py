@@ -12,6 +12,7 @@ published reference figure for this CPU. Exit status 1 if a ratio is below the b
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -97,10 +98,13 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
     return result["images"], result["wall_time_s"]
 
 
-def alternate(name, runners, rounds, burn_in=False):
+def alternate(name, runners, rounds, burn_in=False, go_on=None):
     """Run every runner once per round, in reversed order every other round, so slow drift of a
     shared machine cancels out. runners: {label: () -> (images, wall seconds)}. Returns pooled
     images/sec per label (all images / all wall time, never a mean of rates) and each round's.
+
+    ``go_on``: called with the rounds so far once ``rounds`` have run and after each round added
+    since; another round runs while it returns true (a sequential stop rule owns its own limit).
 
     ``burn_in``: first one run of the runner that opens round 1, not counted. Round 1's first run
     is the only one that follows another case's program; in one batch-32 sweep on a VM that hands
@@ -113,7 +117,8 @@ def alternate(name, runners, rounds, burn_in=False):
         print(f"  {name} burn-in {first}: {images / wall:.2f} img/s (not counted)", flush=True)
     pooled = {label: [0, 0.0] for label in runners}
     per_round = []
-    for r in range(rounds):
+    r = 0
+    while r < rounds or (go_on is not None and go_on(per_round)):
         rates = {}
         for label in list(runners) if r % 2 == 0 else list(reversed(runners)):
             images, wall = runners[label]()
@@ -122,16 +127,45 @@ def alternate(name, runners, rounds, burn_in=False):
             rates[label] = images / wall
             print(f"  {name} round {r + 1} {label}: {rates[label]:.2f} img/s", flush=True)
         per_round.append(rates)  # in the order they ran
+        r += 1
     return {label: images / wall for label, (images, wall) in pooled.items()}, per_round
 
 
-def paired(per_round, a, b):
-    """The ratio a/b over ``alternate``'s rounds with its 95% interval (accelbench's paired-round
-    statistics); which ran first in each round is read from the round's own order."""
+def paired(per_round, a, b, confidence=0.95):
+    """The ratio a/b over ``alternate``'s rounds with its interval (95% unless said; accelbench's
+    paired-round statistics); which ran first in each round is read from the round's own order."""
     from accelbench.stats import paired_ratio
 
     a_first = [list(rates).index(a) < list(rates).index(b) for rates in per_round]
-    return paired_ratio([r[a] for r in per_round], [r[b] for r in per_round], a_first)
+    return paired_ratio([r[a] for r in per_round], [r[b] for r in per_round], a_first, confidence)
+
+
+def bar_verdict(ci):
+    """Where an interval of the ratio plugin / reference stands against the bar "at least the
+    reference", with the benchmarks' margin (``MIN_RATIO``): "ahead" (it lies above 1), "not
+    behind" (above ``MIN_RATIO``: the bar met within the margin), "behind" (below ``MIN_RATIO``:
+    the bar missed), else "undecided" (and always without an interval)."""
+    low, high = ci
+    if low >= high:
+        return "undecided"
+    if low > 1:
+        return "ahead"
+    if low >= MIN_RATIO:
+        return "not behind"
+    return "behind" if high < MIN_RATIO else "undecided"
+
+
+def more_rounds(ratio, ci, rounds):
+    """About how many more rounds would likely decide an undecided verdict: the interval's
+    half-width shrinks with the square root of the rounds, and has to come within the estimate's
+    distance from the bar (on the log scale, where the interval is symmetric). None with no
+    interval, or with the estimate on the bar."""
+    low, high = ci
+    distance = abs(math.log(ratio / MIN_RATIO))
+    if low >= high or distance == 0:
+        return None
+    half_width = math.log(high / low) / 2
+    return max(1, math.ceil(rounds * (half_width / distance) ** 2) - rounds)
 
 
 def measure(name, batch, warmup, timed, rounds, zoo_baseline=False, allocator="system"):
