@@ -12,6 +12,7 @@ import bench_first_touch  # noqa: E402
 import bench_levers  # noqa: E402
 import bench_overhead  # noqa: E402
 import bench_reference  # noqa: E402
+import lockstep  # noqa: E402
 
 
 def recording(calls, label, results):
@@ -230,7 +231,7 @@ def test_a_result_prints_as_a_readme_table_row():
     result = {"case": "torch-fp32", "batch": 8, "accelbench": 8.88, "reference": 8.90, "ratio": 0.997,
               "pooled_ratio": 0.9971, "ci95": (0.986, 1.009), "round_ratios": [1.019, 0.990, 0.983],
               "gflops_per_s": 217.84, "utilisation": 0.491, "reference_utilisation": 0.4925, "what": "bare loop",
-              "allocator": "tcmalloc", "huge_pages": "off", "steps": (5, 15), "label": "`torch_ref` v1.5 fp32",
+              "allocator": "tcmalloc", "huge_pages": "off", "steps": "5 + 15", "label": "`torch_ref` v1.5 fp32",
               "measured_utc": "22:49-22:55", "verdict": "not behind", "verdict_ci": (0.986, 1.009),
               "verdict_confidence": 0.95}
     cells = [c.strip() for c in bench_reference.markdown_row(result).split("|")[1:-1]]
@@ -251,3 +252,68 @@ def test_a_result_prints_as_a_readme_table_row():
     assert "| 1.041 | – |" in bench_reference.markdown_row({**result, "ratio": 1.041, "ci95": (1.041, 1.041)})
     failed = bench_reference.markdown_row({"case": "tf-bf16", "batch": 32, "failed": "Model Garden failed:\n..."})
     assert failed == "| tf-bf16 | 32 | failed: Model Garden failed: ... |"
+
+
+#: a bare loop whose step busy-waits a known time, timed by the bare loops' own code
+BARE_SPIN = """
+import argparse, time
+from bare_timing import time_steps
+parser = argparse.ArgumentParser()
+for flag in ("--step-ms", "--batch", "--warmup", "--timed"):
+    parser.add_argument(flag, type=float if flag == "--step-ms" else int)
+args = parser.parse_args()
+def step():
+    end = time.perf_counter() + args.step_ms / 1000
+    while time.perf_counter() < end:
+        pass
+    return 0.0
+time_steps(step, args.batch, args.warmup, args.timed)
+"""
+
+
+def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugins_path, tmp_path, monkeypatch):
+    """The plugin's warm worker (20 ms steps) and a warm bare loop (40 ms) take turns, two steps a
+    block: each block is timed by its own side, the pooled ratio is their speeds' (2), and the
+    plugin's kept record holds exactly the blocks' steps."""
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    script = tmp_path / "bare_spin.py"
+    script.write_text(BARE_SPIN)
+    seen = {}
+    beside_bare_timing = lambda seen: {"PYTHONPATH": str(Path(__file__).parent / "benchmarks")}  # noqa: E731
+    with lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], [str(script), "--step-ms", "40"],
+                        2, 2, seen, beside_bare_timing, keep=tmp_path / "kept") as (plugin, bare):
+        rate, per_round = bench_overhead.alternate("spin", {"accelbench": lockstep.settled(plugin.block, 2),
+                                                            "reference": lockstep.settled(bare.block, 2)}, 4)
+        bare_process = bare.process
+    assert bare_process.poll() == 0  # the end of its stdin ended it
+    assert [list(r) for r in per_round] == [["accelbench", "reference"], ["reference", "accelbench"]] * 2
+    assert rate["accelbench"] == pytest.approx(2 / 0.020, rel=0.1) and rate["reference"] == pytest.approx(2 / 0.040, rel=0.1)
+    assert seen["flops_per_image"] == 1e9 and seen["settings"]["step_s"] == 0.020
+    [kept] = (tmp_path / "kept").iterdir()
+    [record] = json.loads(kept.read_text())["records"]
+    assert record["throughput"]["images"] == 4 * 2 * 2 and record["steps"]["timed"] == 8
+    assert record["throughput"]["images_per_sec"] == pytest.approx(rate["accelbench"])
+
+
+def test_a_bare_loop_that_dies_in_lockstep_fails_its_case_with_its_own_words(tmp_path):
+    script = tmp_path / "bare_dies.py"
+    script.write_text("import sys\nsys.exit('no such framework here')\n")
+    with pytest.raises(SystemExit, match="the bare loop exited \\(1\\): no such framework here"):
+        lockstep.BareSide([str(script)], 2, 1, sys.executable, {})
+
+
+def test_a_cases_arguments_become_its_run_config():
+    plugin, config = lockstep.run_config(["--plugin", "torch_ref", "--precision", "bf16", "--variant", "v1.5",
+                                          "--option", "steps_per_loop=10", "--option", "memory_format=contiguous"], 32)
+    assert plugin == "torch_ref"
+    assert (config.global_batch, config.precision, config.variant) == (32, "bf16", "v1.5")
+    assert config.options == {"steps_per_loop": 10, "memory_format": "contiguous"}
+    assert config.timeout_s == lockstep.SESSION_TIMEOUT_S
+    with pytest.raises(ValueError, match="no RunConfig field for --timed-steps"):
+        lockstep.run_config(["--plugin", "torch_ref", "--timed-steps", "5"], 8)
+
+
+def test_a_markdown_row_lists_a_dozen_rounds_and_sums_up_more():
+    assert bench_reference.rounds_text([1.0, 0.98, 1.02]) == "1.000 0.980 1.020"
+    many = [1.0 + i / 100 for i in range(-6, 7)]  # 13 rounds, 0.94-1.06
+    assert bench_reference.rounds_text(many) == "13 rounds: 0.940–1.060, median 1.000"

@@ -67,13 +67,19 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     if record["status"] != "ok":
         raise SystemExit(f"accelbench run failed: {record['reason']}")
     if seen is not None:
-        seen["flops_per_image"] = record["flops"]["per_image"]
-        seen["peak_per_sec"] = record["flops"].get("peak_per_sec")  # when accelbench peak ran here
-        seen["settings"] = record["settings"]
-        seen["python"] = record["environment"].get("worker", {}).get("python", sys.executable)
-        seen["label"] = " ".join(filter(None, (f"`{record['plugin']['name']}`", record["model"]["variant"],
-                                               record["precision"])))
+        learn(record, seen)
     return record["throughput"]["images"], record["throughput"]["wall_time_s"]
+
+
+def learn(record, seen):
+    """What the other side of a comparison takes from the plugin's record: FLOPs per image, the
+    measured peak, settings (malloc, huge pages...), the worker's Python and a label."""
+    seen["flops_per_image"] = record["flops"]["per_image"]
+    seen["peak_per_sec"] = record["flops"].get("peak_per_sec")  # when accelbench peak ran here
+    seen["settings"] = record["settings"]
+    seen["python"] = record["environment"].get("worker", {}).get("python", sys.executable)
+    seen["label"] = " ".join(filter(None, (f"`{record['plugin']['name']}`", record["model"]["variant"],
+                                           record["precision"])))
 
 
 def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None, env=None,

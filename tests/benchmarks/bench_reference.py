@@ -39,18 +39,29 @@ whole procedure still errs at most 5% of the time). Exit status 1 if a ratio's p
 below 0.98.
 
     python tests/benchmarks/bench_reference.py --case torch-fp32 --batch-sizes 8 --rounds 4 --max-rounds 10
+
+`--lockstep STEPS` runs the bare-loop cases (torch, mxnet, jax) in lockstep (`lockstep.py`): the
+plugin's worker (as `accelbench run` starts it) and the bare loop both alive and warm, taking turns
+in blocks of STEPS steps, a round being one block of each, so the blocks of a pair are seconds
+apart, not the half-minute of two fresh processes, and a VM whose speed drifts over tens of
+seconds moves both alike. It compares the warm steady state; rounds of whole runs, the default,
+also hold each side's start-up and first steps.
+
+    python tests/benchmarks/bench_reference.py --case torch-bf16 --batch-sizes 8 --lockstep 3 --rounds 30
 """
 
 import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import lockstep
 from bench_overhead import (MIN_RATIO, alternate, bar_verdict, exit_if_below, more_rounds, paired, run_accelbench,
                             run_bare)
 
@@ -160,6 +171,8 @@ def run_garden(python, args, batch, warmup, timed, env=None):
 
 def measure(name, batch, options):
     args, kind, reference = CASES[name]
+    if options.lockstep and kind == "bare":
+        return measure_lockstep(name, batch, options)
     loop = LOOP_STEPS.get(name, 1)
     warmup, timed = (-(-steps // loop) * loop for steps in (options.warmup, options.timed))
     seen = {}
@@ -180,22 +193,43 @@ def measure(name, batch, options):
         "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
         "reference": runners[kind]}, options.rounds, burn_in=options.burn_in,
         go_on=lambda rounds: looks.go_on(f"{name} batch {batch}", rounds))
+    return summary(name, batch, seen, rate, per_round, looks, started, steps=f"{warmup} + {timed}",
+                   what=WHAT[kind])
+
+
+def measure_lockstep(name, batch, options):
+    """A bare-loop case in lockstep (``lockstep.py``): both warm processes alive, taking turns in
+    blocks of ``--lockstep`` steps; a round is one block of each."""
+    args, kind, reference = CASES[name]
+    seen, steps = {}, options.lockstep
+    started = time.strftime("%H:%M", time.gmtime())
+    looks = Looks(options.rounds, options.max_rounds)
+    with lockstep.sides(args, reference, batch, options.warmup, seen, bare_environment,
+                        options.keep_records) as (plugin, bare):
+        rate, per_round = alternate(f"{name} batch {batch}", {
+            "accelbench": lockstep.settled(plugin.block, steps), "reference": lockstep.settled(bare.block, steps)},
+            options.rounds, go_on=lambda rounds: looks.go_on(f"{name} batch {batch}", rounds))
+    return summary(name, batch, seen, rate, per_round, looks, started, steps=f"{options.warmup} + {steps} a block",
+                   what=f"{WHAT[kind]} in lockstep")
+
+
+def summary(name, batch, seen, rate, per_round, looks, started, steps, what):
+    """One case's result: both sides' pooled images/sec, the paired ratio and its interval, the
+    verdict (at the confidence of ``looks``), GFLOP/s and shares of the peak."""
     ours, theirs = rate["accelbench"], rate["reference"]
-    ours_rounds = [r["accelbench"] for r in per_round]
-    theirs_rounds = [r["reference"] for r in per_round]
     estimate = paired(per_round, "accelbench", "reference")
     decisive = paired(per_round, "accelbench", "reference", looks.confidence)
     gflops = ours * seen["flops_per_image"] / 1e9
     peak = seen.get("peak_per_sec")
     return {"case": name, "batch": batch, "accelbench": ours, "reference": theirs, "ratio": estimate.ratio,
             "pooled_ratio": ours / theirs, "ci95": estimate.ci95,
-            "round_ratios": [a / b for a, b in zip(ours_rounds, theirs_rounds)], "gflops_per_s": gflops,
+            "round_ratios": [r["accelbench"] / r["reference"] for r in per_round], "gflops_per_s": gflops,
             "verdict": bar_verdict(decisive.ci95), "verdict_ci": decisive.ci95, "verdict_confidence": looks.confidence,
             "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
             "utilisation": gflops * 1e9 / peak if peak else None,
             "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
-            "what": WHAT[kind], "allocator": malloc_of(seen),
-            "huge_pages": huge_pages_of(seen), "steps": (warmup, timed), "label": seen["label"],
+            "what": what, "allocator": malloc_of(seen),
+            "huge_pages": huge_pages_of(seen), "steps": steps, "label": seen["label"],
             "measured_utc": f"{started}-{time.strftime('%H:%M', time.gmtime())}"}
 
 
@@ -266,7 +300,7 @@ def table_row(r):
             f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
             f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {verdict_text(r)}; {r['what']}"
             f" (plugin's malloc: {r['allocator']}, huge pages {r['huge_pages']};"
-            f" {r['steps'][0]} + {r['steps'][1]} steps)")
+            f" {r['steps']} steps)")
 
 
 MARKDOWN_HEADER = ("| plugin | batch | steps | accelbench img/s | reference img/s | ratio | 95% CI | verdict | pooled "
@@ -280,14 +314,32 @@ def markdown_row(r):
     low, high = r["ci95"]
     decided = low < high and (low > 1 or high < 1)
     util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
-    cells = [f"{r['label']} ({r['allocator']})", r["batch"], f"{r['steps'][0]} + {r['steps'][1]}",
+    cells = [f"{r['label']} ({r['allocator']})", r["batch"], r["steps"],
              f"{r['accelbench']:.2f}", f"{r['reference']:.2f}",
              f"**{r['ratio']:.3f}**" if decided else f"{r['ratio']:.3f}",
              f"{low:.3f}–{high:.3f}" if low < high else "–", verdict_text(r), f"{r['pooled_ratio']:.3f}",
-             " ".join(f"{x:.3f}" for x in r["round_ratios"]), f"{r['gflops_per_s']:.1f}",
+             rounds_text(r["round_ratios"]), f"{r['gflops_per_s']:.1f}",
              f"{util(r['utilisation'])} / {util(r['reference_utilisation'])}",
              f"{r['what']} `{' '.join(CASES[r['case']][2])}`", r["measured_utc"]]
     return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def rounds_text(ratios):
+    """Each round's ratio; over a dozen rounds (lockstep's pairs), how many, their range and median."""
+    if len(ratios) <= MARKDOWN_ROUNDS:
+        return " ".join(f"{x:.3f}" for x in ratios)
+    return f"{len(ratios)} rounds: {min(ratios):.3f}–{max(ratios):.3f}, median {statistics.median(ratios):.3f}"
+
+
+#: rounds a markdown row lists one by one
+MARKDOWN_ROUNDS = 12
+
+
+def bare_environment(seen):
+    """A bare loop's environment: the malloc (huge pages too) and oneDNN ceiling the plugin's worker had."""
+    from accelbench import allocators
+
+    return {**allocators.worker_environment(malloc_of(seen), huge_pages_of(seen)), **onednn_ceiling_of(seen)}
 
 
 def shipped_malloc(choice, seen):
@@ -351,6 +403,10 @@ def main():
     parser.add_argument("--max-rounds", type=int, help="add rounds after --rounds, one at a time, while the "
                         "verdict against the bar is undecided, up to this many (each look's interval spends "
                         "its share of the 5%% error); default: --rounds, one look")
+    parser.add_argument("--lockstep", type=int, metavar="STEPS", help="cases whose reference is a bare loop run "
+                        "in lockstep: the plugin's worker and the bare loop both alive and warm, taking turns in "
+                        "blocks of STEPS steps (a round is one block of each), so a machine whose speed drifts "
+                        "moves both alike; the other cases run as before")
     parser.add_argument("--burn-in", action="store_true", help="open each case with one uncounted run of the "
                         "side that goes first (a VM's first run after another program can be slow)")
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
@@ -367,6 +423,8 @@ def main():
     options = parser.parse_args()
     if options.timed % options.warmup:
         parser.error("--timed must be a multiple of --warmup")
+    if options.lockstep is not None and options.lockstep < 1:
+        parser.error("--lockstep must be at least 1 step a block")
     if options.max_rounds is not None and options.max_rounds < options.rounds:
         parser.error("--max-rounds must be at least --rounds")
     batches = [int(b) for b in options.batch_sizes.split(",")]
@@ -386,6 +444,7 @@ def main():
     print(f"shipped references' malloc: {options.shipped_malloc}; TensorFlow's oneDNN: {options.shipped_onednn}; "
           "bare loops: the plugin's; "
           f"burn-in: {'one uncounted run per case' if options.burn_in else 'none'}; "
+          f"bare loops {f'in lockstep, {options.lockstep} steps a block' if options.lockstep else 'in rounds'}; "
           f"verdict against the bar: ahead (interval above 1), not behind (above {MIN_RATIO}), "
           f"behind (below {MIN_RATIO}), undecided")
     print(TABLE_HEADER)

@@ -1,0 +1,161 @@
+"""Lockstep: a plugin's warm worker and its bare loop's warm process, both alive, taking turns in
+blocks of a few steps (A B | B A | A B ...), so the two blocks of a pair are seconds apart.
+
+Why: on a shared VM the machine's speed moves over tens of seconds (a neighbour on the host's
+cores). On the 2-core Zen 4 VM (2026-12-04) one side's trials 24 s apart differed by up to 10%
+while the steps within a trial varied 3-7%: rounds of fresh processes pair trials 24 s or more
+apart and inherit the drift; blocks of two seconds, one right after the other, share it.
+
+What is compared is each side's warm steady state. The plugin's steps go through accelbench's own
+worker and timing loop (``BackendSession``: the worker ``accelbench run`` starts, with the
+environment it gives it, every call synced and timed in the worker); the bare loop times its own
+blocks (``bare_timing.py``). Neither side's start-up is in it: rounds of whole ``accelbench run``
+invocations measure that path.
+
+While one side runs a block the other waits in a pipe read. A short pause before every block lets
+the side that ran last park its threads (an OpenMP runtime keeps its threads spinning for a while
+after a parallel region: GNU's briefly, Intel's 200 ms by default), so no block starts beside them.
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from datetime import datetime, timezone
+
+from bare_timing import ANSWER, LOCKSTEP, READY
+from bench_overhead import HERE, kept, learn
+
+#: seconds before every block (the docstring's last paragraph)
+SETTLE_S = 0.25
+#: a lockstep case holds its worker for many blocks; the worker's deadline counts from its start
+SESSION_TIMEOUT_S = 6 * 3600.0
+
+
+def run_config(args, batch):
+    """The plugin and RunConfig of a case's ``accelbench run`` arguments (flag, value pairs)."""
+    from accelbench.cli import _option
+    from accelbench.config import RunConfig
+
+    fields, options, plugin = {"global_batch": batch, "timeout_s": SESSION_TIMEOUT_S}, {}, None
+    for flag, value in zip(args[::2], args[1::2]):
+        if flag == "--plugin":
+            plugin = value
+        elif flag == "--option":
+            options.update([_option(value)])
+        elif flag in ("--precision", "--variant"):
+            fields[flag.removeprefix("--")] = value
+        else:
+            raise ValueError(f"lockstep: no RunConfig field for {flag}")
+    return plugin, RunConfig.from_dict({**fields, "options": options})
+
+
+class PluginSide:
+    """The plugin's worker, prepared and warmed up; ``block(steps)`` times that many steps."""
+
+    def __init__(self, args, batch, warmup):
+        from accelbench.registry import PluginHost
+        from accelbench.runner import BackendSession, Unavailable, WorkerFailure
+
+        plugin, config = run_config(args, batch)
+        [ref] = PluginHost().select([plugin])
+        self.failure = (Unavailable, WorkerFailure)
+        try:
+            self.session = BackendSession(ref, config)
+        except self.failure as exc:
+            raise SystemExit(f"{plugin}: {exc}") from None
+        if self.session.prepared.steps_per_call != 1:
+            self.close()
+            raise SystemExit(f"{plugin}: lockstep takes one step a call; it runs "
+                             f"{self.session.prepared.steps_per_call}")
+        self.batch, self.warmup = batch, warmup
+        self._calls(warmup)
+
+    def _calls(self, calls):
+        try:
+            for _ in range(calls):
+                self.session.step()
+        except self.failure as exc:
+            raise SystemExit(f"the plugin's worker failed: {exc}") from None
+
+    def block(self, steps):
+        self._calls(steps)
+        return self.batch * steps, sum(self.session.call_times[-steps:])
+
+    def record(self, timed_by):
+        """The record of every call after the warm-up (the warm-up's alone before any block)."""
+        timed = len(self.session.call_times) - self.warmup
+        if timed == 0:
+            return self.session.record(self.warmup, 0, f"{timed_by}, warm-up")
+        return self.session.record(timed, self.warmup, timed_by)
+
+    def close(self):
+        self.session.close()
+
+
+class BareSide:
+    """A bare loop in lockstep mode (``bare_timing.py``), warmed up; ``block(steps)`` times steps."""
+
+    def __init__(self, command, batch, warmup, python, env):
+        script, *rest = command
+        self.log = tempfile.TemporaryFile("w+")  # frameworks write much to stderr; a pipe could fill
+        self.process = subprocess.Popen(
+            [python, str(HERE / script), *rest, "--batch", str(batch), "--warmup", str(warmup), "--timed", "1"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
+            env={**os.environ, **env, LOCKSTEP: "1"})
+        self._answer(READY)
+
+    def _answer(self, prefix):
+        for line in self.process.stdout:
+            if line.startswith(prefix):
+                return line.removeprefix(prefix)
+        self.log.seek(0)
+        tail = " ".join(self.log.read().split()[-60:])
+        raise SystemExit(f"the bare loop exited ({self.process.wait()}): {tail}")
+
+    def block(self, steps):
+        self.process.stdin.write(f"{steps}\n")
+        figures = json.loads(self._answer(ANSWER))
+        return figures["images"], figures["wall_time_s"]
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.close()  # the end of its stdin ends the loop
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+
+
+def settled(block, steps):
+    """A runner for ``bench_overhead.alternate``: ``block(steps)`` after the pause that lets the
+    other side park its threads."""
+    def run():
+        time.sleep(SETTLE_S)
+        return block(steps)
+    return run
+
+
+@contextlib.contextmanager
+def sides(args, bare_command, batch, warmup, seen, bare_env, keep=None):
+    """Both sides, warmed up one after the other (never beside each other); ``seen`` gets the
+    plugin's record of its warm-up (FLOPs, peak, settings, Python), from which ``bare_env(seen)``
+    gives the bare loop its environment. Yields (plugin side, bare side); closes both after, the
+    plugin's record of its blocks kept in ``keep`` if given."""
+    plugin = PluginSide(args, batch, warmup)
+    bare = None
+    try:
+        learn(plugin.record("bench_reference --lockstep"), seen)
+        bare = BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
+        yield plugin, bare
+        if keep is not None:
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+            kept(keep, f"lockstep-{stamp}.json").write_text(
+                json.dumps({"records": [plugin.record("bench_reference --lockstep")]}, indent=1))
+    finally:
+        if bare is not None:
+            bare.close()
+        plugin.close()
