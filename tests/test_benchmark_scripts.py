@@ -287,7 +287,8 @@ def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugin
         bare_process = bare.process
     assert bare_process.poll() == 0  # the end of its stdin ended it
     assert [list(r) for r in per_round] == [["accelbench", "reference"], ["reference", "accelbench"]] * 2
-    assert rate["accelbench"] == pytest.approx(2 / 0.020, rel=0.1) and rate["reference"] == pytest.approx(2 / 0.040, rel=0.1)
+    assert rate["accelbench"] == pytest.approx(2 / 0.020, rel=0.1)
+    assert rate["reference"] == pytest.approx(2 / 0.040, rel=0.1)
     assert seen["flops_per_image"] == 1e9 and seen["settings"]["step_s"] == 0.020
     [kept] = (tmp_path / "kept").iterdir()
     [record] = json.loads(kept.read_text())["records"]
