@@ -184,9 +184,8 @@ def measure(name, batch, options):
                "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed, shipped_env()),
                # a bare loop is ours, not a shipped program: the plugin's interpreter, malloc (huge
                # pages too) and oneDNN ceiling
-               "bare": lambda: run_bare(reference, batch, warmup, timed, malloc_of(seen), seen["python"],
-                                    keep=options.keep_records, env=onednn_ceiling_of(seen),
-                                    huge_pages=huge_pages_of(seen))}
+               "bare": lambda: run_bare(reference, batch, warmup, timed, python=seen["python"],
+                                        keep=options.keep_records, env=bare_environment(seen))}
     started = time.strftime("%H:%M", time.gmtime())
     looks = Looks(options.rounds, options.max_rounds)
     rate, per_round = alternate(f"{name} batch {batch}", {
@@ -337,18 +336,21 @@ MARKDOWN_ROUNDS = 12
 
 def bare_environment(seen):
     """A bare loop's environment: the malloc (huge pages too) and oneDNN ceiling the plugin's worker had."""
-    from accelbench import allocators
-
-    return {**allocators.worker_environment(malloc_of(seen), huge_pages_of(seen)), **onednn_ceiling_of(seen)}
+    return {**plugin_malloc(seen), **onednn_ceiling_of(seen)}
 
 
 def shipped_malloc(choice, seen):
     """The environment a shipped reference runs with: as it ships (the C library's malloc), or
     with the malloc the plugin's worker had preloaded (and its huge pages, where it had them on),
     which separates the framework's lead from the allocator's."""
+    return plugin_malloc(seen) if choice == "plugin" else {}
+
+
+def plugin_malloc(seen):
+    """The variables that give a process the malloc the plugin's worker had, and its huge pages."""
     from accelbench import allocators
 
-    return allocators.worker_environment(malloc_of(seen), huge_pages_of(seen)) if choice == "plugin" else {}
+    return allocators.worker_environment(malloc_of(seen), huge_pages_of(seen))
 
 
 def shipped_onednn(choice, seen):

@@ -105,7 +105,11 @@ class BareSide:
             [python, str(HERE / script), *rest, "--batch", str(batch), "--warmup", str(warmup), "--timed", "1"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
             env={**os.environ, **env, LOCKSTEP: "1"})
-        self._answer(READY)
+        try:
+            self._answer(READY)
+        except SystemExit:
+            self.close()  # its log, which nothing else would close
+            raise
 
     def _answer(self, prefix):
         for line in self.process.stdout:
