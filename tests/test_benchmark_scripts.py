@@ -314,6 +314,26 @@ def test_a_cases_arguments_become_its_run_config():
         lockstep.run_config(["--plugin", "torch_ref", "--timed-steps", "5"], 8)
 
 
+def test_a_case_on_a_gpu_asks_both_sides_for_it():
+    args, kind, reference = bench_reference.on_device("torch-bf16", "gpu")
+    assert args[-2:] == ["--device", "gpu"] and reference[-2:] == ["--device", "gpu"] and kind == "bare"
+    assert lockstep.run_config(args, 256)[1].device == "gpu"
+    assert bench_reference.on_device("tf-fp32", "cpu") == bench_reference.CASES["tf-fp32"]
+    assert [c for c in bench_reference.CASES if bench_reference.takes_device(c)] == [
+        "torch-fp32", "torch-bf16", "jax-bf16", "jax-fp32"]
+
+
+def test_a_case_whose_reference_cannot_run_on_a_gpu_is_refused_there():
+    import subprocess
+
+    result = subprocess.run([sys.executable, str(Path(bench_reference.__file__)), "--device", "gpu", "--case",
+                             "mxnet-fp32"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].endswith("error: --device gpu: only the cases whose reference is a bare "
+                                                   "loop that takes a device run there (torch-fp32, torch-bf16, "
+                                                   "jax-bf16, jax-fp32)")
+
+
 def test_a_markdown_row_lists_a_dozen_rounds_and_sums_up_more():
     assert bench_reference.rounds_text([1.0, 0.98, 1.02]) == "1.000 0.980 1.020"
     many = [1.0 + i / 100 for i in range(-6, 7)]  # 13 rounds, 0.94-1.06

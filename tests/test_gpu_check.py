@@ -58,7 +58,41 @@ def test_runs_past_the_budget_are_skipped_and_said(check, tmp_path):
 def test_plugin_selection(check):
     args = check.parse_args(["--out", "x", "--plugins", "mxnet_ngc,newframework"])
     assert check.selected_runs(args) == [("mxnet_ngc", "fp32"), ("mxnet_ngc", "fp16"), ("newframework", "fp32")]
-    assert len(check.selected_runs(check.parse_args(["--out", "x"]))) == 6
+    assert len(check.selected_runs(check.parse_args(["--out", "x"]))) == 11
+
+
+def test_the_cuda_version_is_read_from_nvidia_smis_banner_not_its_driver(check):
+    banner = "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |"
+    assert check.cuda_version(banner) == "13.0"
+    assert check.cuda_version("| NVIDIA-SMI has failed |") == ""
+
+
+def test_carried_wheels_and_accelbench_go_into_this_interpreter_from_files_alone(check, tmp_path, monkeypatch,
+                                                                                capsys):
+    (tmp_path / "jsonschema-4.25.1-py3-none-any.whl").write_bytes(b"")
+    commands = []
+    monkeypatch.setattr(check.subprocess, "run", lambda command, **_: commands.append(command) or
+                        subprocess.CompletedProcess(command, 0, "", ""))
+    assert check.install_offline(str(tmp_path)) == sys.executable
+    offline = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    assert commands == [[*offline, str(tmp_path / "jsonschema-4.25.1-py3-none-any.whl")],
+                        [*offline, "--no-build-isolation", "-e", str(check.ROOT)]]
+    assert capsys.readouterr().out.splitlines() == ["install carried wheels (no registry): ok",
+                                                    "install accelbench (no registry): ok"]
+
+
+def test_the_reference_step_takes_the_selected_plugins_cases(check):
+    assert check.selected_cases(check.parse_args(["--out", "x", "--plugins", "torch_ref,mxnet_ngc"])) == [
+        "torch-bf16", "torch-fp32"]
+    assert check.selected_cases(check.parse_args(["--out", "x"])) == ["torch-bf16", "torch-fp32", "jax-bf16",
+                                                                       "jax-fp32"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "runs,warp"], "--steps: no step warp"), (["--rounds", "0"], "must be at least 1")])
+def test_bad_steps_and_reference_sizes_are_refused(args, message):
+    result = run_script("--out", "x", *args)
+    assert result.returncode == 2 and message in result.stderr
 
 
 def test_a_dry_run_brings_back_validated_records_and_a_summary(testplugins_path, tmp_path):
@@ -86,6 +120,16 @@ def test_a_failed_run_is_a_row_with_its_reason(check, tmp_path):
     (tmp_path / "records").mkdir()
     check.summarize(sys.executable, tmp_path, {"gpu": "", "driver": "", "cuda": "", "line": ""}, [line])
     assert "| nope | fp32 | - | failed: error: unknown plugin 'nope' |" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_summary_holds_the_reference_rows_under_one_header(check, tmp_path):
+    (tmp_path / "records").mkdir()
+    header = ["| plugin | batch |", "|---|---|"]
+    rows = [*header, "| `torch_ref` v1.5 bf16 | 256 |", *header, "| jax-fp32 | 256 | failed: no GPU |"]
+    check.summarize(sys.executable, tmp_path, {"gpu": "NVIDIA H200", "driver": "", "cuda": "", "line": ""}, [], rows)
+    text = (tmp_path / "summary.md").read_text().split("Beside the bare loops on NVIDIA H200, in lockstep:")[1]
+    assert text.split() == ["|", "plugin", "|", "batch", "|", "|---|---|", "|", "`torch_ref`", "v1.5", "bf16", "|",
+                            "256", "|", "|", "jax-fp32", "|", "256", "|", "failed:", "no", "GPU", "|"]
 
 
 @pytest.mark.parametrize("kind, name, precision, devices, tflops", [

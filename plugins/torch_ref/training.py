@@ -161,6 +161,9 @@ class TorchRun:
         if self.config.device == "gpu":
             index = int(os.environ.get("LOCAL_RANK", "0"))
             torch.cuda.set_device(index)
+            # the torchvision reference's train.py turns cuDNN's autotuner on unless asked to be
+            # deterministic: each convolution's fastest algorithm, picked at its first call
+            torch.backends.cudnn.benchmark = True
             return torch.device("cuda", index)
         return torch.device("cpu")
 
@@ -268,12 +271,24 @@ class TorchRun:
                 "intra_op_threads": torch.get_num_threads(),
                 "inter_op_threads": torch.get_num_interop_threads(),
                 "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
+                **self._cuda_read_back(),
                 "conv_biases": any(m.bias is not None for m in self.model.modules()
                                    if isinstance(m, torch.nn.Conv2d)),
             })
 
     def _device_name(self) -> str:
         return device_name(self.torch, self.device)
+
+    def _cuda_read_back(self) -> dict:
+        """On a GPU, what PyTorch will do with its convolutions and fp32 products, read from it:
+        cuDNN's version, its autotuner, and whether fp32 convolutions and matrix products may
+        run in TF32 (the record's peak for fp32 on such a GPU is the TF32 one)."""
+        torch = self.torch
+        if self.device.type != "cuda":
+            return {}
+        return {"cudnn": str(torch.backends.cudnn.version()), "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32}
 
     def _onednn_read_back(self) -> dict[str, str | None]:
         """oneDNN's instruction set and the kernel it picks for a small channels-last convolution at

@@ -48,6 +48,10 @@ seconds moves both alike. It compares the warm steady state; rounds of whole run
 also hold each side's start-up and first steps.
 
     python tests/benchmarks/bench_reference.py --case torch-bf16 --batch-sizes 8 --lockstep 3 --rounds 30
+
+`--device gpu` runs the cases whose bare loop takes a device (torch, jax) with both sides on the
+GPU (two JAX processes on one card want `XLA_PYTHON_CLIENT_PREALLOCATE=false`); the shipped
+references are run on the CPU here, so their cases are refused there.
 """
 
 import argparse
@@ -99,6 +103,8 @@ CASES = {
 #: steps per host loop of a case whose both sides log or time whole loops only: its warm-up and
 #: timed steps are rounded up to multiples of it
 LOOP_STEPS = {"tpu-bf16": 10}
+#: the bare loops that run on a GPU too (``--device gpu``); the shipped references run on the CPU here
+DEVICE_LOOPS = {"bare_torch.py", "bare_jax.py"}
 WHAT = {"tf_cnn": "tf_cnn_benchmarks", "mxnet_script": "MXNet train_imagenet.py", "garden": "TF Model Garden",
         "bare": "bare loop"}
 
@@ -169,8 +175,22 @@ def run_garden(python, args, batch, warmup, timed, env=None):
     return timed * batch, sum(seconds for seconds, _ in timed_intervals)
 
 
-def measure(name, batch, options):
+def on_device(name, device):
+    """A case's accelbench arguments, reference kind and reference arguments, on ``device``."""
     args, kind, reference = CASES[name]
+    if device == "cpu":
+        return args, kind, reference
+    return [*args, "--device", device], kind, [*reference, "--device", device]
+
+
+def takes_device(name):
+    """Whether a case can run on an accelerator: its reference is a bare loop that takes ``--device``."""
+    _, kind, reference = CASES[name]
+    return kind == "bare" and reference[0] in DEVICE_LOOPS
+
+
+def measure(name, batch, options):
+    args, kind, reference = on_device(name, options.device)
     if options.lockstep and kind == "bare":
         return measure_lockstep(name, batch, options)
     loop = LOOP_STEPS.get(name, 1)
@@ -199,7 +219,7 @@ def measure(name, batch, options):
 def measure_lockstep(name, batch, options):
     """A bare-loop case in lockstep (``lockstep.py``): both warm processes alive, taking turns in
     blocks of ``--lockstep`` steps; a round is one block of each."""
-    args, kind, reference = CASES[name]
+    args, kind, reference = on_device(name, options.device)
     seen, steps = {}, options.lockstep
     started = time.strftime("%H:%M", time.gmtime())
     looks = Looks(options.rounds, options.max_rounds)
@@ -383,8 +403,11 @@ def machine_header():
     from accelbench import environment
 
     env = environment.collect()
-    return (f"machine: {env['cpu_model']}, {env['cpu_cores']} cores, {env['memory_bytes'] / 2**30:.0f} GiB; "
-            f"flags: {' '.join(env['cpu_flags'])}{MEMORY_RETURNED_NOTE if env.get('memory_returned_to_host') else ''}")
+    accelerators = "".join(f"; {a['kind'].upper()}: {a['name']}" + (f", driver {a['driver']}" if a.get("driver") else "")
+                           for a in env["accelerators"])
+    return (f"machine: {env['cpu_model']}, {env['cpu_cores']} cores, {env['memory_bytes'] / 2**30:.0f} GiB"
+            f"{accelerators}; flags: {' '.join(env['cpu_flags'])}"
+            f"{MEMORY_RETURNED_NOTE if env.get('memory_returned_to_host') else ''}")
 
 
 #: why a run on such a VM can take one slow step full of page faults (README, "Reference benchmark")
@@ -410,6 +433,8 @@ def main():
                         "in lockstep: the plugin's worker and the bare loop both alive and warm, taking turns in "
                         "blocks of STEPS steps (a round is one block of each), so a machine whose speed drifts "
                         "moves both alike; the other cases run as before")
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where both sides train: the "
+                        "CPU (default) or the GPU (the cases whose bare loop takes a device: torch-*, jax-*)")
     parser.add_argument("--burn-in", action="store_true", help="open each case with one uncounted run of the "
                         "side that goes first (a VM's first run after another program can be slow)")
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
@@ -434,7 +459,11 @@ def main():
     garden = Path(options.garden_python).exists()
     if options.case and not garden and any(CASES[c][1] == "garden" for c in options.case):
         parser.error(f"no Model Garden environment at {options.garden_python} (see this script's docstring)")
-    cases = options.case or [c for c in CASES if CASES[c][1] != "garden" or garden]
+    cases = options.case or [c for c in CASES if (CASES[c][1] != "garden" or garden)
+                             and (options.device == "cpu" or takes_device(c))]
+    if options.device != "cpu" and not all(takes_device(c) for c in cases):
+        parser.error(f"--device {options.device}: only the cases whose reference is a bare loop that takes a device "
+                     f"run there ({', '.join(c for c in CASES if takes_device(c))})")
     if options.timed % options.warmup and any(CASES[c][1] != "bare" for c in cases):
         parser.error("--timed must be a multiple of --warmup (the shipped references log per warm-up)")
     print(machine_header(), flush=True)

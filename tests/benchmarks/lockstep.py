@@ -45,7 +45,7 @@ def run_config(args, batch):
             plugin = value
         elif flag == "--option":
             options.update([_option(value)])
-        elif flag in ("--precision", "--variant"):
+        elif flag in ("--precision", "--variant", "--device"):
             fields[flag.removeprefix("--")] = value
         else:
             raise ValueError(f"lockstep: no RunConfig field for {flag}")
@@ -156,9 +156,11 @@ def sides(args, bare_command, batch, warmup, seen, bare_env, keep=None):
         bare = BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
         yield plugin, bare
         if keep is not None:
+            from accelbench.records import write_results
+
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
-            kept(keep, f"lockstep-{stamp}.json").write_text(
-                json.dumps({"records": [plugin.record("bench_reference --lockstep")]}, indent=1))
+            # a results file as accelbench run writes one, validated against the schema
+            write_results(kept(keep, f"lockstep-{stamp}.json"), [plugin.record("bench_reference --lockstep")])
     finally:
         if bare is not None:
             bare.close()

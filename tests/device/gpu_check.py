@@ -1,11 +1,13 @@
 """The prepared accelerator check: install the CUDA builds, run every built-in plugin's GPU path
-for a short time box, and bring back the records and a summary. One call on a fresh GPU machine:
+for a short time box, measure the GPU's matrix-product peak, put the plugins that have a bare loop
+beside it in lockstep, and bring back the records and a summary. One call on a fresh GPU machine:
 
     python3 tests/device/gpu_check.py --out "$OUT"                  # the lent GPU (about 8 minutes)
+    python3 tests/device/gpu_check.py --out "$OUT" --wheels .whl    # a GPU machine with no registry
     python3 tests/device/gpu_check.py --out /tmp/check --dry-run --plugins sleepy --device cpu
 
-Steps, each within its share of ``--budget`` seconds (a step that would not fit is skipped and
-says so; the summary always gets its reserve):
+Steps (``--steps``, in the order given), each within its share of ``--budget`` seconds (a step
+that would not fit is skipped and says so; the summary always gets its reserve):
 
 1. header: the GPU's name, driver and CUDA version (nvidia-smi) and, per precision, the published
    peak the records measure utilisation against (``accelbench.peaks``);
@@ -13,11 +15,21 @@ says so; the summary always gets its reserve):
    call skips it) with accelbench and the CUDA builds: ``tensorflow[and-cuda]`` 2.21 and tf-keras,
    and MXNet 1.9.1's newest CUDA build (``mxnet-cu117``, which predates this GPU generation: its
    record says whether it runs). TensorFlow and MXNet 1.9.1 meet on numpy 1.26, so one
-   environment serves both. ``--dry-run`` skips it and uses this interpreter;
-3. runs: each (plugin, precision) as ``accelbench run --device gpu --time T`` at the backend's
+   environment serves both. On a machine that reaches no package registry but has PyTorch and
+   JAX installed (this workplace's lent GPUs), ``--wheels DIR`` instead installs accelbench and the
+   wheels carried in DIR (its dependencies the machine lacks) into this interpreter's environment;
+   the plugins whose framework is not there then say so in their records. ``--dry-run`` skips it
+   and uses this interpreter;
+3. ``runs``: each (plugin, precision) as ``accelbench run --device gpu --time T`` at the backend's
    default batch for the device (the study's), one line per run;
-4. summary: ``summary.json`` and ``summary.md`` (the README's "Measured on a GPU" rows) from the
-   records, every record validated against the schema by accelbench itself.
+4. ``peak``: ``accelbench peak`` on the device (a large matrix product per framework and
+   precision), beside the published peak the records use;
+5. ``reference``: ``tests/benchmarks/bench_reference.py --device gpu --lockstep`` for each case
+   whose bare loop runs on a GPU (torch_ref and jax_flax, fp32 and bf16), one invocation per case
+   so a case that does not fit loses no other's rows; both sides on the one GPU, JAX told not to
+   take most of its memory up front (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, both sides alike);
+6. summary: ``summary.json`` and ``summary.md`` (the README's "Measured on a GPU" rows, and the
+   reference rows) from the records, every record validated against the schema by accelbench.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,8 +49,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-gpu"
 #: (plugin, precision): fp32 and each plugin's mixed precision
-RUNS = (("tf_benchmarks", "fp32"), ("tf_benchmarks", "fp16"), ("tpu_official", "bf16"),
+RUNS = (("torch_ref", "fp32"), ("torch_ref", "bf16"), ("torch_ref", "fp16"), ("jax_flax", "fp32"),
+        ("jax_flax", "bf16"), ("tf_benchmarks", "fp32"), ("tf_benchmarks", "fp16"), ("tpu_official", "bf16"),
         ("tpu_official", "fp32"), ("mxnet_ngc", "fp32"), ("mxnet_ngc", "fp16"))
+#: bench_reference's cases whose bare loop runs on a GPU, and their plugins
+REFERENCE_CASES = {"torch-bf16": "torch_ref", "torch-fp32": "torch_ref", "jax-bf16": "jax_flax",
+                   "jax-fp32": "jax_flax"}
+STEPS = ("runs", "peak", "reference")
+#: a lockstep case's two start-ups (imports, cuDNN autotuning, XLA compiles) and warm-up steps
+REFERENCE_OVERHEAD_S = 90.0
 INSTALLS = (
     ("accelbench + TensorFlow CUDA", ["-e", str(ROOT), "tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*",
                                       "numpy>=1.26,<1.27"]),
@@ -94,10 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget)
     header = gpu_header()
     print(header["line"], flush=True)
-    python = sys.executable if args.dry_run else install(budget, out)
+    python = sys.executable if args.dry_run else install_offline(args.wheels) if args.wheels else install(budget, out)
     print_peaks(python, header)
-    lines = [run_one(python, plugin, precision, args, budget, out) for plugin, precision in selected_runs(args)]
-    summary = summarize(python, out, header, lines)
+    lines, reference_rows = [], []
+    for step in args.steps:
+        if step == "runs":
+            lines += [run_one(python, plugin, precision, args, budget, out) for plugin, precision in selected_runs(args)]
+        elif step == "peak":
+            measure_peak(python, args, budget, out)
+        else:
+            reference_rows += [row for case in selected_cases(args)
+                               for row in reference_case(python, case, args, budget, out)]
+    summary = summarize(python, out, header, lines, reference_rows)
     print(f"summary: {summary}", flush=True)
     return 0
 
@@ -110,11 +138,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plugins", help="comma-separated plugins to run (default: every built-in one)")
     parser.add_argument("--device", default="gpu", help="device kind to run on (default gpu)")
     parser.add_argument("--dry-run", action="store_true", help="skip the installs; run with this interpreter")
+    parser.add_argument("--wheels", help="a folder of carried wheels: install them and accelbench into this "
+                        "interpreter's environment, no registry (instead of the .venv-gpu with the CUDA builds)")
+    parser.add_argument("--steps", default="runs", help=f"comma-separated, in order, of {', '.join(STEPS)} "
+                        "(default runs)")
+    parser.add_argument("--batch", type=int, default=256, help="the reference step's batch (default 256)")
+    parser.add_argument("--rounds", type=int, default=20, help="the reference step's rounds a case (default 20)")
+    parser.add_argument("--block", type=int, default=10, help="the reference step's steps a block (default 10)")
     args = parser.parse_args(argv)
     if not args.out:
         parser.error("--out is required (or set $OUT)")
     if args.budget <= SUMMARY_RESERVE_S or args.time <= 0:
         parser.error(f"--budget must exceed {SUMMARY_RESERVE_S:g} s and --time must be positive")
+    args.steps = args.steps.split(",")
+    unknown = [step for step in args.steps if step not in STEPS]
+    if unknown:
+        parser.error(f"--steps: no step {', '.join(unknown)} (there are {', '.join(STEPS)})")
+    if min(args.batch, args.rounds, args.block) < 1:
+        parser.error("--batch, --rounds and --block must be at least 1")
     return args
 
 
@@ -127,6 +168,12 @@ def selected_runs(args: argparse.Namespace) -> list[tuple[str, str]]:
     return known + [(p, "fp32") for p in wanted if p not in {name for name, _ in RUNS}]
 
 
+def selected_cases(args: argparse.Namespace) -> list[str]:
+    """The reference step's cases: those of the selected plugins (``--plugins``), else all."""
+    wanted = args.plugins.split(",") if args.plugins else list(REFERENCE_CASES.values())
+    return [case for case, plugin in REFERENCE_CASES.items() if plugin in wanted]
+
+
 def gpu_header() -> dict[str, str]:
     """nvidia-smi's GPU name, driver and CUDA version ("" each where there is no GPU)."""
     if not shutil.which("nvidia-smi"):
@@ -135,9 +182,14 @@ def gpu_header() -> dict[str, str]:
                            capture_output=True, text=True, timeout=30)
     banner = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
     name, _, driver = query.stdout.splitlines()[0].partition(",") if query.stdout.strip() else ("", "", "")
-    cuda = next((part.split(":")[1].strip().split()[0] for part in banner.split("|") if "CUDA Version" in part), "")
+    cuda = cuda_version(banner)
     return {"gpu": name.strip(), "driver": driver.strip(), "cuda": cuda,
             "line": f"GPU: {name.strip()}, driver {driver.strip()}, CUDA {cuda}"}
+
+
+def cuda_version(banner: str) -> str:
+    """The CUDA version nvidia-smi's banner names ("" where it names none)."""
+    return next(iter(re.findall(r"CUDA Version:\s*([\d.]+)", banner)), "")
 
 
 def install(budget: Budget, out: Path) -> str:
@@ -163,6 +215,20 @@ def install(budget: Budget, out: Path) -> str:
     return str(python)
 
 
+def install_offline(wheels: str) -> str:
+    """This interpreter, with the carried wheels and accelbench (editable, its entry points
+    registered) installed into its environment from files alone: no registry, no dependency
+    resolution (the machine's own packages are the rest)."""
+    carried = sorted(str(w) for w in Path(wheels).glob("*.whl"))
+    offline = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    for what, extra in (("carried wheels", carried), ("accelbench", ["--no-build-isolation", "-e", str(ROOT)])):
+        done = subprocess.run([*offline, *extra], capture_output=True, text=True, timeout=300) if extra else None
+        state = "nothing to install" if done is None else "ok" if done.returncode == 0 else (
+            f"failed (exit {done.returncode}): {(done.stderr.strip().splitlines() or [''])[-1][:300]}")
+        print(f"install {what} (no registry): {state}", flush=True)
+    return sys.executable
+
+
 def last_line(path: Path) -> str:
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
@@ -179,6 +245,46 @@ def print_peaks(python: str, header: dict[str, str]) -> None:
             "    print(f'peak {p}: ' + (f'{peak.flops_per_s / 1e12:.1f} TFLOP/s ({peak.source})' if peak else 'none published'))")
     shown = subprocess.run([python, "-c", code, header["gpu"]], capture_output=True, text=True, timeout=60)
     print(shown.stdout.strip() or f"peak: unknown ({shown.stderr.strip()[-200:]})", flush=True)
+
+
+def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Path) -> None:
+    """``accelbench peak`` on the device: each selected plugin's framework's large matrix product per
+    precision."""
+    granted = budget.grant(150.0, least_s=30.0)
+    if granted is None:
+        print("peak: skipped, time budget spent", flush=True)
+        return
+    log = out / "peak.log"
+    try:
+        with open(log, "w") as fh:
+            plugins = [flag for plugin in dict.fromkeys(p for p, _ in selected_runs(args)) for flag in ("--plugin", plugin)]
+            subprocess.run([python, "-m", "accelbench", "peak", "--device", args.device, *plugins], stdout=fh,
+                           stderr=subprocess.STDOUT, timeout=granted, cwd=ROOT)
+        print(log.read_text().rstrip(), flush=True)
+    except subprocess.TimeoutExpired:
+        print(f"peak: stopped after {granted:.0f} s (its share of the budget)", flush=True)
+
+
+def reference_case(python: str, case: str, args: argparse.Namespace, budget: Budget, out: Path) -> list[str]:
+    """One bench_reference case in lockstep on the device; its README table row(s), or none."""
+    granted = budget.grant(REFERENCE_OVERHEAD_S + 6.0 * args.rounds, least_s=REFERENCE_OVERHEAD_S)
+    if granted is None:
+        print(f"reference {case}: skipped, time budget spent", flush=True)
+        return []
+    log = out / f"reference-{case}.log"
+    command = [python, str(ROOT / "tests" / "benchmarks" / "bench_reference.py"), "--case", case,
+               "--device", args.device, "--batch-sizes", str(args.batch), "--lockstep", str(args.block),
+               "--rounds", str(args.rounds), "--warmup", "5", "--markdown", "--keep-records", str(out / "records")]
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # two processes share the one GPU
+    try:
+        with open(log, "w") as fh:
+            subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, timeout=granted, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"reference {case}: stopped after {granted:.0f} s (its share of the budget)", flush=True)
+    text = log.read_text(errors="replace")
+    table = [line for line in text.splitlines() if line.startswith("|")]  # its markdown: header, then rows
+    print(f"reference {case}: " + ("\n".join(table[2:]) or f"no row; {last_line(log)}"), flush=True)
+    return table
 
 
 def run_one(python: str, plugin: str, precision: str, args: argparse.Namespace, budget: Budget, out: Path) -> RunLine:
@@ -214,8 +320,10 @@ def line_from_record(plugin: str, precision: str, record_file: Path, done: subpr
                    record_file=str(record_file.relative_to(record_file.parents[1])))
 
 
-def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLine]) -> Path:
-    """summary.json (every line, the records validated by accelbench) and summary.md (README rows)."""
+def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLine],
+              reference_rows: list[str] = ()) -> Path:
+    """summary.json (every line, the records validated by accelbench) and summary.md (README rows:
+    the runs, then the reference step's)."""
     files = sorted(str(p) for p in (out / "records").glob("*.json"))
     checked = subprocess.run([python, "-m", "accelbench", "validate", *files], capture_output=True, text=True,
                              timeout=SUMMARY_RESERVE_S) if files else None
@@ -223,7 +331,7 @@ def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLin
     summary = {"date": today, **{k: v for k, v in header.items() if k != "line"},
                "records_valid": checked is not None and checked.returncode == 0,
                "validation": checked.stdout.strip().splitlines() if checked else [],
-               "runs": [asdict(line) for line in lines]}
+               "runs": [asdict(line) for line in lines], "reference": list(reference_rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     rows = ["| plugin | precision | batch | images/sec | utilisation | date | GPU |", "|---|---|---|---|---|---|---|"]
     rows += [f"| {line.plugin} | {line.precision} | {line.batch} | {line.images_per_sec:.1f} | "
@@ -231,6 +339,10 @@ def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLin
              for line in lines if line.status == "ok"]
     rows += [f"| {line.plugin} | {line.precision} | - | {line.status}: {line.reason} | - | {today} | {gpu} |"
              for line in lines if line.status != "ok"]
+    if reference_rows:
+        header = reference_rows[:2]  # every case's table opens with the same two lines
+        rows += ["", f"Beside the bare loops on {gpu}, in lockstep:", "", *header,
+                 *(line for line in reference_rows if line not in header)]
     (out / "summary.md").write_text("\n".join(rows) + "\n")
     return out / "summary.json"
 
