@@ -255,9 +255,9 @@ def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Pat
         print("peak: skipped, time budget spent", flush=True)
         return
     log = out / "peak.log"
+    plugins = [flag for plugin in dict.fromkeys(p for p, _ in selected_runs(args)) for flag in ("--plugin", plugin)]
     try:
         with open(log, "w") as fh:
-            plugins = [flag for plugin in dict.fromkeys(p for p, _ in selected_runs(args)) for flag in ("--plugin", plugin)]
             subprocess.run([python, "-m", "accelbench", "peak", "--device", args.device, *plugins], stdout=fh,
                            stderr=subprocess.STDOUT, timeout=granted, cwd=ROOT)
         print(log.read_text().rstrip(), flush=True)
@@ -340,9 +340,9 @@ def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLin
     rows += [f"| {line.plugin} | {line.precision} | - | {line.status}: {line.reason} | - | {today} | {gpu} |"
              for line in lines if line.status != "ok"]
     if reference_rows:
-        header = reference_rows[:2]  # every case's table opens with the same two lines
-        rows += ["", f"Beside the bare loops on {gpu}, in lockstep:", "", *header,
-                 *(line for line in reference_rows if line not in header)]
+        table_head = reference_rows[:2]  # every case's table opens with the same two lines
+        rows += ["", f"Beside the bare loops on {gpu}, in lockstep:", "", *table_head,
+                 *(line for line in reference_rows if line not in table_head)]
     (out / "summary.md").write_text("\n".join(rows) + "\n")
     return out / "summary.json"
 
