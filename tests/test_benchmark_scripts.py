@@ -233,7 +233,7 @@ def test_a_result_prints_as_a_readme_table_row():
               "gflops_per_s": 217.84, "utilisation": 0.491, "reference_utilisation": 0.4925, "what": "bare loop",
               "allocator": "tcmalloc", "huge_pages": "off", "steps": "5 + 15", "label": "`torch_ref` v1.5 fp32",
               "measured_utc": "22:49-22:55", "verdict": "not behind", "verdict_ci": (0.986, 1.009),
-              "verdict_confidence": 0.95}
+              "verdict_confidence": 0.95, "unit": "round"}
     cells = [c.strip() for c in bench_reference.markdown_row(result).split("|")[1:-1]]
     assert len(cells) == len(bench_reference.MARKDOWN_HEADER.splitlines()[0].split("|")[1:-1]) == 14
     assert cells == ["`torch_ref` v1.5 fp32 (tcmalloc)", "8", "5 + 15", "8.88", "8.90", "0.997", "0.986–1.009",
@@ -246,6 +246,7 @@ def test_a_result_prints_as_a_readme_table_row():
     # an undecided one, about how many more rounds would decide it
     wide = {**result, "verdict": "undecided", "ci95": (0.95, 1.05), "verdict_ci": (0.95, 1.05)}
     assert "| undecided (~23 more rounds) |" in bench_reference.markdown_row(wide)
+    assert "| undecided (~23 more pairs) |" in bench_reference.markdown_row({**wide, "unit": "pair"})
     # bold only where the interval excludes 1, on either side; no interval under 3 rounds
     assert "| **1.041** |" in bench_reference.markdown_row({**result, "ratio": 1.041, "ci95": (1.033, 1.049)})
     assert "| **0.950** |" in bench_reference.markdown_row({**result, "ratio": 0.950, "ci95": (0.94, 0.96)})
@@ -338,3 +339,104 @@ def test_a_markdown_row_lists_a_dozen_rounds_and_sums_up_more():
     assert bench_reference.rounds_text([1.0, 0.98, 1.02]) == "1.000 0.980 1.020"
     many = [1.0 + i / 100 for i in range(-6, 7)]  # 13 rounds, 0.94-1.06
     assert bench_reference.rounds_text(many) == "13 rounds: 0.940–1.060, median 1.000"
+    assert bench_reference.rounds_text(many, "pair") == "13 pairs: 0.940–1.060, median 1.000"
+
+
+class FakeSide:
+    """A side of a pair whose block takes a known time a step, and notes who ran."""
+
+    def __init__(self, label, step_s, log):
+        self.label, self.step_s, self.log = label, step_s, log
+
+    def block(self, steps):
+        self.log.append(self.label)
+        return 4 * steps, self.step_s * steps
+
+
+def test_pairs_alternate_which_side_starts_and_each_pair_is_one_unit(monkeypatch):
+    """Three pairs of two rounds: the bare loop starts and blocks first in the second pair only;
+    each pair is one unit with its sides' speeds in the order they started; the pooled speeds are
+    over every block of every pair."""
+    import contextlib
+
+    monkeypatch.setattr(lockstep, "SETTLE_S", 0.0)
+    opened, blocks = [], []
+    speeds = iter([(0.010, 0.020), (0.010, 0.025), (0.010, 0.022)])  # each pair's step seconds: plugin, bare
+
+    @contextlib.contextmanager
+    def open_pair(bare_first):
+        opened.append(bare_first)
+        plugin_s, bare_s = next(speeds)
+        yield FakeSide("accelbench", plugin_s, blocks), FakeSide("reference", bare_s, blocks)
+
+    rate, units = lockstep.in_pairs("case", open_pair, steps=2, rounds=2, pairs=3)
+    assert opened == [False, True, False]
+    assert blocks == ["accelbench", "reference", "reference", "accelbench",
+                      "reference", "accelbench", "accelbench", "reference",
+                      "accelbench", "reference", "reference", "accelbench"]
+    assert [list(u) for u in units] == [["accelbench", "reference"], ["reference", "accelbench"],
+                                        ["accelbench", "reference"]]
+    assert [u["accelbench"] / u["reference"] for u in units] == pytest.approx([2.0, 2.5, 2.2])
+    assert rate["accelbench"] == pytest.approx(4 / 0.010)
+    assert rate["reference"] == pytest.approx(3 * 16 / (0.080 + 0.100 + 0.088))
+    # the interval is over the three pairs, the order of each pair's start regressed out (1 degree
+    # of freedom): the pairs that opened with the plugin (2.0, 2.2) against the one that did not (2.5)
+    estimate = bench_overhead.paired(units, "accelbench", "reference")
+    assert estimate.samples == 3 and estimate.ratio == pytest.approx((2.0 * 2.2) ** 0.25 * 2.5 ** 0.5)
+    assert estimate.ci95[0] < estimate.ratio < estimate.ci95[1]
+
+
+def test_pairs_are_added_while_the_stop_rule_says_go_on(monkeypatch):
+    import contextlib
+
+    monkeypatch.setattr(lockstep, "SETTLE_S", 0.0)
+
+    @contextlib.contextmanager
+    def open_pair(bare_first):
+        yield FakeSide("accelbench", 0.010, []), FakeSide("reference", 0.010, [])
+
+    looked = []
+    _, units = lockstep.in_pairs("case", open_pair, 1, 2, pairs=2,
+                                 go_on=lambda units: looked.append(len(units)) or len(units) < 4)
+    assert len(units) == 4 and looked == [2, 3, 4]
+
+
+def test_a_pair_opened_bare_first_starts_its_bare_loop_before_the_worker(testplugins_path, tmp_path, monkeypatch):
+    """The second pair of a real lockstep case: its bare loop comes up from what the first pair's
+    record left in ``seen``, before the plugin's worker starts (the bare loop notes the time it
+    was ready; the plugin's record, when its worker started)."""
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    script = tmp_path / "bare_spin.py"
+    script.write_text(BARE_SPIN.replace("time_steps(", "print('ready at', time.time(), file=sys.stderr, flush=True)\n"
+                                        "time_steps(").replace("import argparse, time", "import argparse, sys, time"))
+    seen = {}
+    beside_bare_timing = lambda seen: {"PYTHONPATH": str(Path(__file__).parent / "benchmarks")}  # noqa: E731
+
+    def open_pair(bare_first):
+        return lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], [str(script), "--step-ms", "40"],
+                              2, 1, seen, beside_bare_timing, bare_first=bare_first)
+
+    with pytest.raises(KeyError):  # nothing seen yet: a first pair cannot open with its bare loop
+        with open_pair(True):
+            pass
+    monkeypatch.setattr(lockstep, "SETTLE_S", 0.0)
+    rate, units = lockstep.in_pairs("spin", open_pair, steps=2, rounds=2, pairs=2)
+    assert [list(u) for u in units] == [["accelbench", "reference"], ["reference", "accelbench"]]
+    assert [u["accelbench"] / u["reference"] for u in units] == pytest.approx([2.0, 2.0], rel=0.15)
+    assert seen["settings"]["step_s"] == 0.020
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--pairs", "3"], "--pairs takes --lockstep"),
+    (["--lockstep", "1", "--pairs", "0"], "--pairs must be at least 1"),
+    (["--lockstep", "1", "--pairs", "3", "--max-rounds", "6"], "--max-rounds with --pairs"),
+    (["--lockstep", "1", "--max-pairs", "6"], "--max-pairs takes --pairs of 2 or more"),
+    (["--lockstep", "1", "--pairs", "4", "--max-pairs", "3"], "--max-pairs takes --pairs of 2 or more"),
+])
+def test_pairs_misused_are_refused_before_anything_starts(flags, message):
+    import subprocess
+
+    result = subprocess.run([sys.executable, str(Path(bench_reference.__file__)), "--case", "torch-bf16", *flags],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert message in result.stderr.splitlines()[-1]

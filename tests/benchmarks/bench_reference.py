@@ -49,6 +49,14 @@ also hold each side's start-up and first steps.
 
     python tests/benchmarks/bench_reference.py --case torch-bf16 --batch-sizes 8 --lockstep 3 --rounds 30
 
+The rounds of one lockstep run share its two processes, and with them whatever each process
+decided once (where its memory landed, its threads' placement, its JIT's kernels): their interval
+is the spread of blocks, and two runs of one case can decide opposite ways. `--pairs P` opens P
+pairs of processes one after the other, each for --rounds rounds (the side that starts and blocks
+first alternating from pair to pair), and makes the pair the unit of the interval.
+
+    python tests/benchmarks/bench_reference.py --case jax-bf16 --batch-sizes 32 --lockstep 1 --rounds 2 --pairs 8
+
 `--device gpu` runs the cases whose bare loop takes a device (torch, jax) with both sides on the
 GPU (two JAX processes on one card want `XLA_PYTHON_CLIENT_PREALLOCATE=false`); the shipped
 references are run on the CPU here, so their cases are refused there.
@@ -218,17 +226,29 @@ def measure(name, batch, options):
 
 def measure_lockstep(name, batch, options):
     """A bare-loop case in lockstep (``lockstep.py``): both warm processes alive, taking turns in
-    blocks of ``--lockstep`` steps; a round is one block of each."""
+    blocks of ``--lockstep`` steps; a round is one block of each. With ``--pairs`` over one, each
+    pair of processes runs ``--rounds`` rounds and is one unit of the interval (``lockstep.in_pairs``)."""
     args, kind, reference = on_device(name, options.device)
-    seen, steps = {}, options.lockstep
+    seen, steps, label = {}, options.lockstep, f"{name} batch {batch}"
     started = time.strftime("%H:%M", time.gmtime())
-    looks = Looks(options.rounds, options.max_rounds)
-    with lockstep.sides(args, reference, batch, options.warmup, seen, bare_environment,
-                        options.keep_records) as (plugin, bare):
-        rate, per_round = alternate(f"{name} batch {batch}", {
-            "accelbench": lockstep.settled(plugin.block, steps), "reference": lockstep.settled(bare.block, steps)},
-            options.rounds, go_on=lambda rounds: looks.go_on(f"{name} batch {batch}", rounds))
-    return summary(name, batch, seen, rate, per_round, looks, started, steps=f"{options.warmup} + {steps} a block",
+
+    def open_pair(bare_first=False):
+        return lockstep.sides(args, reference, batch, options.warmup, seen, bare_environment, options.keep_records,
+                              bare_first=bare_first)
+
+    if options.pairs > 1:
+        looks = Looks(options.pairs, options.max_pairs, unit="pair")
+        rate, units = lockstep.in_pairs(label, open_pair, steps, options.rounds, options.pairs,
+                                        go_on=lambda units: looks.go_on(label, units))
+        block = f"{options.warmup} + {steps} a block, {options.rounds} rounds a pair"
+    else:
+        looks = Looks(options.rounds, options.max_rounds)
+        with open_pair() as (plugin, bare):
+            rate, units = alternate(label, {"accelbench": lockstep.settled(plugin.block, steps),
+                                            "reference": lockstep.settled(bare.block, steps)},
+                                    options.rounds, go_on=lambda rounds: looks.go_on(label, rounds))
+        block = f"{options.warmup} + {steps} a block"
+    return summary(name, batch, seen, rate, units, looks, started, steps=block,
                    what=f"{WHAT[kind]} in lockstep")
 
 
@@ -242,7 +262,8 @@ def summary(name, batch, seen, rate, per_round, looks, started, steps, what):
     peak = seen.get("peak_per_sec")
     return {"case": name, "batch": batch, "accelbench": ours, "reference": theirs, "ratio": estimate.ratio,
             "pooled_ratio": ours / theirs, "ci95": estimate.ci95,
-            "round_ratios": [r["accelbench"] / r["reference"] for r in per_round], "gflops_per_s": gflops,
+            "round_ratios": [r["accelbench"] / r["reference"] for r in per_round], "unit": looks.unit,
+            "gflops_per_s": gflops,
             "verdict": bar_verdict(decisive.ci95), "verdict_ci": decisive.ci95, "verdict_confidence": looks.confidence,
             "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
             "utilisation": gflops * 1e9 / peak if peak else None,
@@ -261,8 +282,8 @@ class Looks:
     95%. An even split, not one that spends less at each later look: on a VM whose rounds spread
     ±5-10% a 2% bar is decided late if at all, where such a rule's intervals are the widest."""
 
-    def __init__(self, rounds, max_rounds):
-        self.rounds, self.max_rounds = rounds, max_rounds or rounds
+    def __init__(self, rounds, max_rounds, unit="round"):
+        self.rounds, self.max_rounds, self.unit = rounds, max_rounds or rounds, unit
 
     @property
     def confidence(self):
@@ -275,7 +296,7 @@ class Looks:
         verdict = bar_verdict(estimate.ci95)
         if self.max_rounds > self.rounds:
             low, high = estimate.ci95
-            print(f"  {name} look after {len(per_round)} rounds: {self.confidence:.2%} CI {low:.3f}-{high:.3f}, "
+            print(f"  {name} look after {len(per_round)} {self.unit}s: {self.confidence:.2%} CI {low:.3f}-{high:.3f}, "
                   f"{verdict}", flush=True)
         return verdict == "undecided" and len(per_round) < self.max_rounds
 
@@ -305,7 +326,7 @@ def verdict_text(r):
         notes.append(f"{r['verdict_confidence']:.2%} CI {low:.3f}–{high:.3f}")
     more = more_rounds(r["ratio"], r["verdict_ci"], len(r["round_ratios"]))
     if r["verdict"] == "undecided" and more:
-        notes.append(f"~{more} more rounds")
+        notes.append(f"~{more} more {r['unit']}s")
     return f"{r['verdict']} ({'; '.join(notes)})" if notes else r["verdict"]
 
 
@@ -319,7 +340,7 @@ def table_row(r):
             f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
             f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {verdict_text(r)}; {r['what']}"
             f" (plugin's malloc: {r['allocator']}, huge pages {r['huge_pages']};"
-            f" {r['steps']} steps)")
+            f" steps {r['steps']})")
 
 
 MARKDOWN_HEADER = ("| plugin | batch | steps | accelbench img/s | reference img/s | ratio | 95% CI | verdict | pooled "
@@ -337,17 +358,18 @@ def markdown_row(r):
              f"{r['accelbench']:.2f}", f"{r['reference']:.2f}",
              f"**{r['ratio']:.3f}**" if decided else f"{r['ratio']:.3f}",
              f"{low:.3f}–{high:.3f}" if low < high else "–", verdict_text(r), f"{r['pooled_ratio']:.3f}",
-             rounds_text(r["round_ratios"]), f"{r['gflops_per_s']:.1f}",
+             rounds_text(r["round_ratios"], r["unit"]), f"{r['gflops_per_s']:.1f}",
              f"{util(r['utilisation'])} / {util(r['reference_utilisation'])}",
              f"{r['what']} `{' '.join(CASES[r['case']][2])}`", r["measured_utc"]]
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def rounds_text(ratios):
-    """Each round's ratio; over a dozen rounds (lockstep's pairs), how many, their range and median."""
+def rounds_text(ratios, unit="round"):
+    """Each unit's ratio (a round's, or a pair's of processes); over a dozen (lockstep's rounds),
+    how many, their range and median."""
     if len(ratios) <= MARKDOWN_ROUNDS:
         return " ".join(f"{x:.3f}" for x in ratios)
-    return f"{len(ratios)} rounds: {min(ratios):.3f}–{max(ratios):.3f}, median {statistics.median(ratios):.3f}"
+    return f"{len(ratios)} {unit}s: {min(ratios):.3f}–{max(ratios):.3f}, median {statistics.median(ratios):.3f}"
 
 
 #: rounds a markdown row lists one by one
@@ -399,6 +421,26 @@ def onednn_ceiling_of(seen):
     return {"DNNL_MAX_CPU_ISA": ceiling} if ceiling else {}
 
 
+def lockstep_text(options):
+    if not options.lockstep:
+        return "in rounds"
+    pairs = f", {options.pairs} pairs of processes a case (the units)" if options.pairs > 1 else ""
+    return f"in lockstep, {options.lockstep} steps a block{pairs}"
+
+
+def pairs_misuse(options):
+    """What is wrong with --pairs/--max-pairs as given, or None."""
+    if options.pairs < 1:
+        return "--pairs must be at least 1"
+    if options.pairs > 1 and options.lockstep is None:
+        return "--pairs takes --lockstep (rounds of whole runs open fresh processes every round already)"
+    if options.pairs > 1 and options.max_rounds is not None:
+        return "--max-rounds with --pairs: pairs are the units; add pairs with --max-pairs"
+    if options.max_pairs is not None and (options.pairs < 2 or options.max_pairs < options.pairs):
+        return "--max-pairs takes --pairs of 2 or more and must be at least --pairs"
+    return None
+
+
 def machine_header():
     from accelbench import environment
 
@@ -433,6 +475,12 @@ def main():
                         "in lockstep: the plugin's worker and the bare loop both alive and warm, taking turns in "
                         "blocks of STEPS steps (a round is one block of each), so a machine whose speed drifts "
                         "moves both alike; the other cases run as before")
+    parser.add_argument("--pairs", type=int, default=1, help="with --lockstep: open this many pairs of processes "
+                        "a case, one after the other, each for --rounds rounds; a pair, not a round, is then the "
+                        "unit of the interval (rounds of one pair share its processes' memory and thread "
+                        "placement and their JIT's choices); default 1: the rounds are the units")
+    parser.add_argument("--max-pairs", type=int, help="with --pairs: add pairs, one at a time, while the verdict "
+                        "is undecided, up to this many (as --max-rounds does rounds)")
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where both sides train: the "
                         "CPU (default) or the GPU (the cases whose bare loop takes a device: torch-*, jax-*)")
     parser.add_argument("--burn-in", action="store_true", help="open each case with one uncounted run of the "
@@ -453,6 +501,9 @@ def main():
         parser.error("--lockstep must be at least 1 step a block")
     if options.max_rounds is not None and options.max_rounds < options.rounds:
         parser.error("--max-rounds must be at least --rounds")
+    pairs_error = pairs_misuse(options)
+    if pairs_error:
+        parser.error(pairs_error)
     batches = [int(b) for b in options.batch_sizes.split(",")]
     # absolute, not resolved: Model Garden runs in a scratch folder, and a venv's python is a symlink
     options.garden_python = os.path.abspath(options.garden_python)
@@ -476,7 +527,7 @@ def main():
     print(f"shipped references' malloc: {options.shipped_malloc}; TensorFlow's oneDNN: {options.shipped_onednn}; "
           "bare loops: the plugin's; "
           f"burn-in: {'one uncounted run per case' if options.burn_in else 'none'}; "
-          f"bare loops {f'in lockstep, {options.lockstep} steps a block' if options.lockstep else 'in rounds'}; "
+          f"bare loops {lockstep_text(options)}; "
           f"verdict against the bar: ahead (interval above 1), not behind (above {MIN_RATIO}), "
           f"behind (below {MIN_RATIO}), undecided")
     print(TABLE_HEADER)

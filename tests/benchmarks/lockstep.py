@@ -15,6 +15,14 @@ invocations measure that path.
 While one side runs a block the other waits in a pipe read. A short pause before every block lets
 the side that ran last park its threads (an OpenMP runtime keeps its threads spinning for a while
 after a parallel region: GNU's briefly, Intel's 200 ms by default), so no block starts beside them.
+
+Process pairs (``in_pairs``): every round of one pair of processes shares what was decided once per
+process — where its memory landed, how its threads were placed, which kernels a JIT or autotuner
+picked. On the Zen 4 VM two lockstep runs of the same case 40 minutes apart decided opposite ways
+(jax_flax bf16 at batch 32: 0.952 (0.930-0.974), then 1.040 (1.014-1.067)): the rounds' interval
+is the spread of blocks, not of processes. With several pairs, each opened afresh (the side that
+starts first, and blocks first, alternating from pair to pair), one pair is one unit: its ratio is
+the two sides' images over seconds within it, and the interval is over pairs.
 """
 
 import contextlib
@@ -26,7 +34,7 @@ import time
 from datetime import datetime, timezone
 
 from bare_timing import ANSWER, LOCKSTEP, READY
-from bench_overhead import HERE, kept, learn
+from bench_overhead import HERE, alternate, kept, learn
 
 #: seconds before every block (the docstring's last paragraph)
 SETTLE_S = 0.25
@@ -144,16 +152,20 @@ def settled(block, steps):
 
 
 @contextlib.contextmanager
-def sides(args, bare_command, batch, warmup, seen, bare_env, keep=None):
+def sides(args, bare_command, batch, warmup, seen, bare_env, keep=None, bare_first=False):
     """Both sides, warmed up one after the other (never beside each other); ``seen`` gets the
     plugin's record of its warm-up (FLOPs, peak, settings, Python), from which ``bare_env(seen)``
     gives the bare loop its environment. Yields (plugin side, bare side); closes both after, the
-    plugin's record of its blocks kept in ``keep`` if given."""
-    plugin = PluginSide(args, batch, warmup)
-    bare = None
+    plugin's record of its blocks kept in ``keep`` if given. ``bare_first``: the bare loop starts
+    and warms up first, from what an earlier pair left in ``seen``."""
+    plugin = bare = None
     try:
+        if bare_first:
+            bare = BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
+        plugin = PluginSide(args, batch, warmup)
         learn(plugin.record("bench_reference --lockstep"), seen)
-        bare = BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
+        if bare is None:
+            bare = BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
         yield plugin, bare
         if keep is not None:
             from accelbench.records import write_results
@@ -164,4 +176,37 @@ def sides(args, bare_command, batch, warmup, seen, bare_env, keep=None):
     finally:
         if bare is not None:
             bare.close()
-        plugin.close()
+        if plugin is not None:
+            plugin.close()
+
+
+def in_pairs(name, open_pair, steps, rounds, pairs, go_on=None):
+    """Lockstep over process pairs: ``pairs`` pairs (more while ``go_on(units)`` says so, once they
+    have run), each opened by ``open_pair(bare_first)`` (``sides`` with all but that bound) and run
+    for ``rounds`` rounds of ``steps``-step blocks. The sides alternate from pair to pair in which
+    starts first and which opens the blocks; every round keeps the ABBA order within its pair.
+
+    Returns the pooled images/sec of each side over every pair, and one unit per pair: each side's
+    images/sec within it, in the order the sides started (``bench_overhead.paired`` reads which
+    went first from it, as it does a round's)."""
+    totals = {"accelbench": [0, 0.0], "reference": [0, 0.0]}
+    units = []
+
+    def tallied(label, block):
+        def run(steps):
+            images, wall = block(steps)
+            totals[label][0] += images
+            totals[label][1] += wall
+            return images, wall
+        return settled(run, steps)
+
+    while len(units) < pairs or (go_on is not None and go_on(units)):
+        bare_first = len(units) % 2 == 1
+        with open_pair(bare_first) as (plugin, bare):
+            runners = {"accelbench": tallied("accelbench", plugin.block), "reference": tallied("reference", bare.block)}
+            if bare_first:
+                runners = dict(reversed(runners.items()))
+            rate, _ = alternate(f"{name} pair {len(units) + 1}", runners, rounds)
+        units.append({label: rate[label] for label in runners})
+        print(f"  {name} pair {len(units)}: ratio {rate['accelbench'] / rate['reference']:.3f}", flush=True)
+    return {label: images / wall for label, (images, wall) in totals.items()}, units
