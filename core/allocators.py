@@ -59,9 +59,12 @@ def _find_library(name: str) -> str | None:
     return ctypes.util.find_library(name)
 
 
-def missing_preference(preferred: str | None) -> str | None:
-    """A warning for a record whose backend prefers an allocator this machine lacks, or None."""
-    if not preferred or installed(preferred) or not sys.platform.startswith("linux"):
+def missing_preference(preferred: str | None, device: str = "cpu") -> str | None:
+    """A warning for a record whose backend prefers an allocator this machine lacks, or None.
+    None on an accelerator too: the preference was measured training on a CPU, where the
+    framework's own tensors come from malloc; on a GPU they come from the framework's device
+    allocator, and nothing was measured there that the advice could rest on."""
+    if not preferred or installed(preferred) or not sys.platform.startswith("linux") or device != "cpu":
         return None
     return (f"this backend ran fastest with {preferred} where it was measured; it is not installed here, so the "
             f"workers used the system's malloc (install it, e.g. apt install {KNOWN[preferred][1]})")

@@ -94,7 +94,7 @@ class _Session:
             prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
             prepared.settings["allocator"] = allocators.loaded()  # what is mapped, not what was asked
             prepared.settings["huge_pages"] = allocators.huge_pages_setting(self.config.allocator)
-            missing = allocators.missing_preference(self.backend.describe().allocator)
+            missing = allocators.missing_preference(self.backend.describe().allocator, self.config.device)
             if missing:
                 prepared.warnings.append(missing)
             return prepared

@@ -73,6 +73,7 @@ def test_auto_is_the_backends_measured_choice_only_where_it_is_installed(monkeyp
     assert "absentmalloc" in allocators.missing_preference("absentmalloc")
     assert "apt install libabsentmalloc1" in allocators.missing_preference("absentmalloc")
     assert allocators.missing_preference(None) is None
+    assert allocators.missing_preference("absentmalloc", "gpu") is None  # measured on a CPU: no advice for a GPU run
     for name, (library, _) in allocators.KNOWN.items():
         if ctypes.util.find_library(library):
             assert allocators.resolve("auto", name) == name and allocators.missing_preference(name) is None
