@@ -88,8 +88,18 @@ def test_the_reference_step_takes_the_selected_plugins_cases(check):
                                                                        "jax-fp32"]
 
 
+def test_the_reference_step_asks_for_pairs_of_processes_when_told(check, tmp_path):
+    one = check.reference_command("python", "jax-bf16", check.parse_args(["--out", "x"]), tmp_path)
+    assert "--pairs" not in one and one[one.index("--rounds") + 1] == "20"
+    three = check.reference_command("python", "jax-bf16", check.parse_args(["--out", "x", "--pairs", "3", "--rounds",
+                                                                             "4"]), tmp_path)
+    assert three[three.index("--pairs") + 1] == "3" and three[three.index("--rounds") + 1] == "4"
+    assert three[three.index("--device") + 1] == "gpu" and three[three.index("--case") + 1] == "jax-bf16"
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--steps", "runs,warp"], "--steps: no step warp"), (["--rounds", "0"], "must be at least 1")])
+    (["--steps", "runs,warp"], "--steps: no step warp"), (["--rounds", "0"], "must be at least 1"),
+    (["--pairs", "0"], "--pairs must be at least 1")])
 def test_bad_steps_and_reference_sizes_are_refused(args, message):
     result = run_script("--out", "x", *args)
     assert result.returncode == 2 and message in result.stderr

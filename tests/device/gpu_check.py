@@ -145,6 +145,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=256, help="the reference step's batch (default 256)")
     parser.add_argument("--rounds", type=int, default=20, help="the reference step's rounds a case (default 20)")
     parser.add_argument("--block", type=int, default=10, help="the reference step's steps a block (default 10)")
+    parser.add_argument("--pairs", type=int, default=1, help="the reference step's pairs of processes a case, each "
+                        "for --rounds rounds, the pair the unit of the interval (bench_reference --pairs; a pair "
+                        "pays both start-ups: cuDNN's autotuner and XLA choose once per process); default 1")
     args = parser.parse_args(argv)
     if not args.out:
         parser.error("--out is required (or set $OUT)")
@@ -154,8 +157,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [step for step in args.steps if step not in STEPS]
     if unknown:
         parser.error(f"--steps: no step {', '.join(unknown)} (there are {', '.join(STEPS)})")
-    if min(args.batch, args.rounds, args.block) < 1:
-        parser.error("--batch, --rounds and --block must be at least 1")
+    if min(args.batch, args.rounds, args.block, args.pairs) < 1:
+        parser.error("--batch, --rounds, --block and --pairs must be at least 1")
     return args
 
 
@@ -265,16 +268,22 @@ def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Pat
         print(f"peak: stopped after {granted:.0f} s (its share of the budget)", flush=True)
 
 
+def reference_command(python: str, case: str, args: argparse.Namespace, out: Path) -> list[str]:
+    """bench_reference for one case in lockstep on the device, as the reference step runs it."""
+    pairs = ["--pairs", str(args.pairs)] if args.pairs > 1 else []
+    return [python, str(ROOT / "tests" / "benchmarks" / "bench_reference.py"), "--case", case,
+            "--device", args.device, "--batch-sizes", str(args.batch), "--lockstep", str(args.block),
+            "--rounds", str(args.rounds), *pairs, "--warmup", "5", "--markdown", "--keep-records", str(out / "records")]
+
+
 def reference_case(python: str, case: str, args: argparse.Namespace, budget: Budget, out: Path) -> list[str]:
     """One bench_reference case in lockstep on the device; its README table row(s), or none."""
-    granted = budget.grant(REFERENCE_OVERHEAD_S + 6.0 * args.rounds, least_s=REFERENCE_OVERHEAD_S)
+    granted = budget.grant(args.pairs * (REFERENCE_OVERHEAD_S + 6.0 * args.rounds), least_s=REFERENCE_OVERHEAD_S)
     if granted is None:
         print(f"reference {case}: skipped, time budget spent", flush=True)
         return []
     log = out / f"reference-{case}.log"
-    command = [python, str(ROOT / "tests" / "benchmarks" / "bench_reference.py"), "--case", case,
-               "--device", args.device, "--batch-sizes", str(args.batch), "--lockstep", str(args.block),
-               "--rounds", str(args.rounds), "--warmup", "5", "--markdown", "--keep-records", str(out / "records")]
+    command = reference_command(python, case, args, out)
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # two processes share the one GPU
     try:
         with open(log, "w") as fh:
