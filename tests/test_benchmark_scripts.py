@@ -247,6 +247,8 @@ def test_a_result_prints_as_a_readme_table_row():
     wide = {**result, "verdict": "undecided", "ci95": (0.95, 1.05), "verdict_ci": (0.95, 1.05)}
     assert "| undecided (~23 more rounds) |" in bench_reference.markdown_row(wide)
     assert "| undecided (~23 more pairs) |" in bench_reference.markdown_row({**wide, "unit": "pair"})
+    near = {**wide, "unit": "pair", "ratio": 1.012, "verdict_ci": (0.979, 1.047), "round_ratios": [1.0] * 8}
+    assert "| undecided (~1 more pair) |" in bench_reference.markdown_row(near)
     # bold only where the interval excludes 1, on either side; no interval under 3 rounds
     assert "| **1.041** |" in bench_reference.markdown_row({**result, "ratio": 1.041, "ci95": (1.033, 1.049)})
     assert "| **0.950** |" in bench_reference.markdown_row({**result, "ratio": 0.950, "ci95": (0.94, 0.96)})

@@ -326,7 +326,7 @@ def verdict_text(r):
         notes.append(f"{r['verdict_confidence']:.2%} CI {low:.3f}–{high:.3f}")
     more = more_rounds(r["ratio"], r["verdict_ci"], len(r["round_ratios"]))
     if r["verdict"] == "undecided" and more:
-        notes.append(f"~{more} more {r['unit']}s")
+        notes.append(f"~{more} more {r['unit']}{'s' if more > 1 else ''}")
     return f"{r['verdict']} ({'; '.join(notes)})" if notes else r["verdict"]
 
 

@@ -18,7 +18,7 @@ after a parallel region: GNU's briefly, Intel's 200 ms by default), so no block 
 
 Process pairs (``in_pairs``): every round of one pair of processes shares what was decided once per
 process — where its memory landed, how its threads were placed, which kernels a JIT or autotuner
-picked. On the Zen 4 VM two lockstep runs of the same case 40 minutes apart decided opposite ways
+picked. On the Zen 4 VM two lockstep runs of the same case 50 minutes apart decided opposite ways
 (jax_flax bf16 at batch 32: 0.952 (0.930-0.974), then 1.040 (1.014-1.067)): the rounds' interval
 is the spread of blocks, not of processes. With several pairs, each opened afresh (the side that
 starts first, and blocks first, alternating from pair to pair), one pair is one unit: its ratio is
