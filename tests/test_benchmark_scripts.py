@@ -405,12 +405,17 @@ def test_pairs_are_added_while_the_stop_rule_says_go_on(monkeypatch):
 
 def test_a_pair_opened_bare_first_starts_its_bare_loop_before_the_worker(testplugins_path, tmp_path, monkeypatch):
     """The second pair of a real lockstep case: its bare loop comes up from what the first pair's
-    record left in ``seen``, before the plugin's worker starts (the bare loop notes the time it
-    was ready; the plugin's record, when its worker started)."""
+    record left in ``seen``, before the plugin's worker starts (each side's start noted as it
+    begins)."""
     monkeypatch.syspath_prepend(str(testplugins_path))
     script = tmp_path / "bare_spin.py"
-    script.write_text(BARE_SPIN.replace("time_steps(", "print('ready at', time.time(), file=sys.stderr, flush=True)\n"
-                                        "time_steps(").replace("import argparse, time", "import argparse, sys, time"))
+    script.write_text(BARE_SPIN)
+    started = []
+    for side, cls in (("plugin", lockstep.PluginSide), ("bare", lockstep.BareSide)):
+        def noting(self, *args, _side=side, _init=cls.__init__):
+            started.append(_side)
+            _init(self, *args)
+        monkeypatch.setattr(cls, "__init__", noting)
     seen = {}
     beside_bare_timing = lambda seen: {"PYTHONPATH": str(Path(__file__).parent / "benchmarks")}  # noqa: E731
 
@@ -421,8 +426,10 @@ def test_a_pair_opened_bare_first_starts_its_bare_loop_before_the_worker(testplu
     with pytest.raises(KeyError):  # nothing seen yet: a first pair cannot open with its bare loop
         with open_pair(True):
             pass
+    started.clear()
     monkeypatch.setattr(lockstep, "SETTLE_S", 0.0)
     rate, units = lockstep.in_pairs("spin", open_pair, steps=2, rounds=2, pairs=2)
+    assert started == ["plugin", "bare", "bare", "plugin"]
     assert [list(u) for u in units] == [["accelbench", "reference"], ["reference", "accelbench"]]
     assert [u["accelbench"] / u["reference"] for u in units] == pytest.approx([2.0, 2.0], rel=0.15)
     assert seen["settings"]["step_s"] == 0.020
