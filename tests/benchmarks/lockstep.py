@@ -158,14 +158,17 @@ def sides(args, bare_command, batch, warmup, seen, bare_env, keep=None, bare_fir
     gives the bare loop its environment. Yields (plugin side, bare side); closes both after, the
     plugin's record of its blocks kept in ``keep`` if given. ``bare_first``: the bare loop starts
     and warms up first, from what an earlier pair left in ``seen``."""
+    def start_bare():
+        return BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
+
     plugin = bare = None
     try:
         if bare_first:
-            bare = BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
+            bare = start_bare()
         plugin = PluginSide(args, batch, warmup)
         learn(plugin.record("bench_reference --lockstep"), seen)
         if bare is None:
-            bare = BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
+            bare = start_bare()
         yield plugin, bare
         if keep is not None:
             from accelbench.records import write_results
