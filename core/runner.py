@@ -478,8 +478,16 @@ class BackendSession:
 
     def step(self) -> float | None:
         """One synced call in the worker; its worker-side time is kept for ``record``."""
-        timing = self.worker.call("step")
-        self.call_times.append(timing.wall_time_s)
+        return self.steps(1)
+
+    def steps(self, calls: int) -> float | None:
+        """``calls`` synced calls in one timing loop in the worker, back to back as ``accelbench
+        run`` times them (the pipe crossed once, not between calls); each call's worker-side time
+        is kept for ``record``. Returns the last loss, if the backend gives losses."""
+        if calls < 1:
+            raise ValueError(f"steps: calls must be at least 1, not {calls}")
+        timing = self.worker.call("step", calls)
+        self.call_times.extend(t * timing.steps_per_call for t in timing.step_times)
         self.losses.extend(timing.losses)
         return timing.losses[-1] if timing.losses else None
 

@@ -109,8 +109,9 @@ class _Session:
         if command == "run":
             plan = TimingPlan.from_config(self.config, self.steps_per_call)
             return run_timed(self.backend.step, plan, progress=self._progress)
-        if command == "step":  # one call through the same timing loop: its time excludes the pipe
-            return run_timed(self.backend.step, TimingPlan(0, timed_calls=1, steps_per_call=self.steps_per_call))
+        if command == "step":  # calls (one unless given) through the same timing loop: the pipe not timed
+            calls = args[0] if args else 1
+            return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call))
         if command == "prepare_matmul":
             prepared = self.backend.prepare_matmul(self.config, *args)
             _check_prepared(prepared, command)

@@ -299,6 +299,26 @@ def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugin
     assert record["throughput"]["images_per_sec"] == pytest.approx(rate["accelbench"])
 
 
+def test_a_lockstep_block_of_the_plugin_is_one_timing_loop_in_its_worker(testplugins_path, monkeypatch):
+    """The plugin's block crosses the pipe once, as the bare loop times its block in its own
+    process: three 20 ms steps come back as three call times from one command, and the block's
+    seconds are theirs."""
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    plugin = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1)
+    try:
+        commands = []
+        call = plugin.session.worker.call
+        plugin.session.worker.call = lambda command, *args, **kw: commands.append((command, *args)) or call(
+            command, *args, **kw)
+        images, seconds = plugin.block(3)
+    finally:
+        plugin.close()
+    assert commands == [("step", 3)]
+    assert images == 6 and len(plugin.session.call_times) == 1 + 3
+    assert plugin.session.call_times[-3:] == pytest.approx([0.020] * 3, rel=0.25)
+    assert seconds == pytest.approx(sum(plugin.session.call_times[-3:]))
+
+
 def test_a_bare_loop_that_dies_in_lockstep_fails_its_case_with_its_own_words(tmp_path):
     script = tmp_path / "bare_dies.py"
     script.write_text("import sys\nsys.exit('no such framework here')\n")
