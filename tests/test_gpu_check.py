@@ -89,12 +89,32 @@ def test_the_reference_step_takes_the_selected_plugins_cases(check):
 
 
 def test_the_reference_step_asks_for_pairs_of_processes_when_told(check, tmp_path):
-    one = check.reference_command("python", "jax-bf16", check.parse_args(["--out", "x"]), tmp_path)
+    one = check.reference_command("python", "jax-bf16", check.parse_args(["--out", "x"]), tmp_path, 1)
     assert "--pairs" not in one and one[one.index("--rounds") + 1] == "20"
     three = check.reference_command("python", "jax-bf16", check.parse_args(["--out", "x", "--pairs", "3", "--rounds",
-                                                                             "4"]), tmp_path)
+                                                                             "4"]), tmp_path, 3)
     assert three[three.index("--pairs") + 1] == "3" and three[three.index("--rounds") + 1] == "4"
     assert three[three.index("--device") + 1] == "gpu" and three[three.index("--case") + 1] == "jax-bf16"
+
+
+@pytest.mark.parametrize("granted, wanted, fit", [(410.0, 3, 1), (600.0, 3, 2), (900.0, 3, 3), (2000.0, 3, 3),
+                                                   (250.0, 1, 1)])
+def test_a_pairs_case_asks_for_the_pairs_that_fit_its_share(check, granted, wanted, fit):
+    """Pairs of 236 s (140 s of start-ups, 16 rounds of 6 s): a case stopped midway prints no
+    table, so it is asked for the pairs that fit (on the H200 the third of three did not)."""
+    pair_s = check.REFERENCE_OVERHEAD_S + check.REFERENCE_ROUND_S * 16
+    assert pair_s == 236.0
+    assert check.pairs_that_fit(granted, pair_s, wanted) == fit
+
+
+def test_a_case_given_fewer_pairs_than_asked_says_so(check, tmp_path, monkeypatch, capsys):
+    commands = []
+    monkeypatch.setattr(check.subprocess, "run", lambda command, **kw: commands.append(command))
+    args = check.parse_args(["--out", str(tmp_path), "--pairs", "3", "--rounds", "16"])
+    check.reference_case("python", "jax-bf16", args, check.Budget(500.0), tmp_path)
+    [command] = commands
+    assert command[command.index("--pairs") + 1] == "2"
+    assert "reference jax-bf16: 2 of 3 pairs fit its 480 s share" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args, message", [

@@ -56,8 +56,11 @@ RUNS = (("torch_ref", "fp32"), ("torch_ref", "bf16"), ("torch_ref", "fp16"), ("j
 REFERENCE_CASES = {"torch-bf16": "torch_ref", "torch-fp32": "torch_ref", "jax-bf16": "jax_flax",
                    "jax-fp32": "jax_flax"}
 STEPS = ("runs", "peak", "reference")
-#: a lockstep case's two start-ups (imports, cuDNN autotuning, XLA compiles) and warm-up steps
-REFERENCE_OVERHEAD_S = 90.0
+#: a lockstep pair's two start-ups (imports, cuDNN autotuning, XLA compiles) and warm-up steps:
+#: on the H200 a JAX pair took ~135 s beside its rounds, a PyTorch one ~55 s
+REFERENCE_OVERHEAD_S = 140.0
+#: a lockstep round's two blocks at the study's batch, generously (~1.5 s on the H200)
+REFERENCE_ROUND_S = 6.0
 INSTALLS = (
     ("accelbench + TensorFlow CUDA", ["-e", str(ROOT), "tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*",
                                       "numpy>=1.26,<1.27"]),
@@ -268,9 +271,9 @@ def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Pat
         print(f"peak: stopped after {granted:.0f} s (its share of the budget)", flush=True)
 
 
-def reference_command(python: str, case: str, args: argparse.Namespace, out: Path) -> list[str]:
+def reference_command(python: str, case: str, args: argparse.Namespace, out: Path, pairs: int) -> list[str]:
     """bench_reference for one case in lockstep on the device, as the reference step runs it."""
-    pairs = ["--pairs", str(args.pairs)] if args.pairs > 1 else []
+    pairs = ["--pairs", str(pairs)] if pairs > 1 else []
     return [python, str(ROOT / "tests" / "benchmarks" / "bench_reference.py"), "--case", case,
             "--device", args.device, "--batch-sizes", str(args.batch), "--lockstep", str(args.block),
             "--rounds", str(args.rounds), *pairs, "--warmup", "5", "--markdown", "--keep-records", str(out / "records")]
@@ -278,12 +281,17 @@ def reference_command(python: str, case: str, args: argparse.Namespace, out: Pat
 
 def reference_case(python: str, case: str, args: argparse.Namespace, budget: Budget, out: Path) -> list[str]:
     """One bench_reference case in lockstep on the device; its README table row(s), or none."""
-    granted = budget.grant(args.pairs * (REFERENCE_OVERHEAD_S + 6.0 * args.rounds), least_s=REFERENCE_OVERHEAD_S)
+    pair_s = REFERENCE_OVERHEAD_S + REFERENCE_ROUND_S * args.rounds
+    granted = budget.grant(args.pairs * pair_s, least_s=REFERENCE_OVERHEAD_S)
     if granted is None:
         print(f"reference {case}: skipped, time budget spent", flush=True)
         return []
+    pairs = pairs_that_fit(granted, pair_s, args.pairs)
+    if pairs < args.pairs:  # a case stopped midway prints no table: ask for what fits instead
+        unit = "" if pairs > 1 else ", its rounds the unit"
+        print(f"reference {case}: {pairs} of {args.pairs} pairs fit its {granted:.0f} s share{unit}", flush=True)
     log = out / f"reference-{case}.log"
-    command = reference_command(python, case, args, out)
+    command = reference_command(python, case, args, out, pairs)
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # two processes share the one GPU
     try:
         with open(log, "w") as fh:
@@ -294,6 +302,12 @@ def reference_case(python: str, case: str, args: argparse.Namespace, budget: Bud
     table = [line for line in text.splitlines() if line.startswith("|")]  # its markdown: header, then rows
     print(f"reference {case}: " + ("\n".join(table[2:]) or f"no row; {last_line(log)}"), flush=True)
     return table
+
+
+def pairs_that_fit(granted_s: float, pair_s: float, wanted: int) -> int:
+    """The pairs of processes a case can finish in its share (at least one: a share is granted
+    only above one pair's start-ups)."""
+    return max(1, min(wanted, int(granted_s // pair_s)))
 
 
 def run_one(python: str, plugin: str, precision: str, args: argparse.Namespace, budget: Budget, out: Path) -> RunLine:
