@@ -222,6 +222,17 @@ def test_a_lever_is_measured_against_a_baseline_it_changes(monkeypatch):
     assert "iomp" not in bench_levers.default_levers("tf", "system")
 
 
+def test_the_per_unit_column_is_named_for_what_it_holds():
+    """Pairs of processes under "per pair", rounds under "per round", both where a table mixes
+    lockstep cases over pairs with shipped references' rounds; a failed case has no unit."""
+    rounds, pairs, failed = {"unit": "round"}, {"unit": "pair"}, {"case": "x", "failed": "gone"}
+    assert bench_reference.units_of([pairs, pairs, failed]) == "pair"
+    assert bench_reference.units_of([rounds]) == "round" and bench_reference.units_of([failed]) == "round"
+    assert bench_reference.units_of([rounds, pairs]) == "pair or round"
+    assert "| pooled | per pair | GFLOP/s |" in bench_reference.markdown_header("pair")
+    assert "per pair or round" in bench_reference.table_header("pair or round")
+
+
 def test_every_lever_is_named_in_the_readme():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert [lever for lever in bench_levers.LEVERS if f"`{lever}`" not in readme] == []
@@ -235,7 +246,7 @@ def test_a_result_prints_as_a_readme_table_row():
               "measured_utc": "22:49-22:55", "verdict": "not behind", "verdict_ci": (0.986, 1.009),
               "verdict_confidence": 0.95, "unit": "round"}
     cells = [c.strip() for c in bench_reference.markdown_row(result).split("|")[1:-1]]
-    assert len(cells) == len(bench_reference.MARKDOWN_HEADER.splitlines()[0].split("|")[1:-1]) == 14
+    assert len(cells) == len(bench_reference.markdown_header().splitlines()[0].split("|")[1:-1]) == 14
     assert cells == ["`torch_ref` v1.5 fp32 (tcmalloc)", "8", "5 + 15", "8.88", "8.90", "0.997", "0.986–1.009",
                      "not behind", "0.997", "1.019 0.990 0.983", "217.8", "49% / 49%",
                      "bare loop `bare_torch.py --precision fp32`", "22:49-22:55"]

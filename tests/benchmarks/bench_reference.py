@@ -312,8 +312,16 @@ def measured_or_failed(name, batch, options):
         return {"case": name, "batch": batch, "failed": str(exc.code)[-300:]}
 
 
-TABLE_HEADER = (f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
-                f"{'pooled':>7}  {'per round':<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   verdict; reference")
+def table_header(unit="round"):
+    return (f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
+            f"{'pooled':>7}  {'per ' + unit:<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   verdict; reference")
+
+
+def units_of(results):
+    """What the per-unit column holds: rounds, pairs of processes (--pairs), or both in one table
+    (the shipped references keep their rounds beside the lockstep cases' pairs)."""
+    units = sorted({r["unit"] for r in results if "unit" in r})
+    return units[0] if len(units) == 1 else " or ".join(units) or "round"
 
 
 def verdict_text(r):
@@ -343,8 +351,9 @@ def table_row(r):
             f" steps {r['steps']})")
 
 
-MARKDOWN_HEADER = ("| plugin | batch | steps | accelbench img/s | reference img/s | ratio | 95% CI | verdict | pooled "
-                   "| per round | GFLOP/s | of peak (ours / ref) | reference | measured (UTC) |\n" + "|---" * 14 + "|")
+def markdown_header(unit="round"):
+    return ("| plugin | batch | steps | accelbench img/s | reference img/s | ratio | 95% CI | verdict | pooled "
+            f"| per {unit} | GFLOP/s | of peak (ours / ref) | reference | measured (UTC) |\n" + "|---" * 14 + "|")
 
 
 def markdown_row(r):
@@ -530,11 +539,11 @@ def main():
           f"bare loops {lockstep_text(options)}; "
           f"verdict against the bar: ahead (interval above 1), not behind (above {MIN_RATIO}), "
           f"behind (below {MIN_RATIO}), undecided")
-    print(TABLE_HEADER)
+    print(table_header(units_of(results)))
     for r in results:
         print(table_row(r))
     if options.markdown:
-        print(f"\n{MARKDOWN_HEADER}")
+        print(f"\n{markdown_header(units_of(results))}")
         for r in results:
             print(markdown_row(r))
     failed = [r["case"] for r in results if "failed" in r]
