@@ -539,11 +539,12 @@ def main():
           f"bare loops {lockstep_text(options)}; "
           f"verdict against the bar: ahead (interval above 1), not behind (above {MIN_RATIO}), "
           f"behind (below {MIN_RATIO}), undecided")
-    print(table_header(units_of(results)))
+    unit = units_of(results)
+    print(table_header(unit))
     for r in results:
         print(table_row(r))
     if options.markdown:
-        print(f"\n{markdown_header(units_of(results))}")
+        print(f"\n{markdown_header(unit)}")
         for r in results:
             print(markdown_row(r))
     failed = [r["case"] for r in results if "failed" in r]
