@@ -3,6 +3,8 @@
 import json
 import math
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -285,6 +287,13 @@ time_steps(step, args.batch, args.warmup, args.timed)
 """
 
 
+def spinning_bare_loop(script, batch, warmup):
+    """``lockstep.sides``' reference_side: the spinning bare loop, in the plugin's Python, beside bare_timing."""
+    beside_bare_timing = {"PYTHONPATH": str(Path(__file__).parent / "benchmarks")}
+    return lambda seen: lockstep.BareSide([str(script), "--step-ms", "40"], batch, warmup, seen["python"],
+                                          beside_bare_timing)
+
+
 def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugins_path, tmp_path, monkeypatch):
     """The plugin's warm worker (20 ms steps) and a warm bare loop (40 ms) take turns, two steps a
     block: each block is timed by its own side, the pooled ratio is their speeds' (2), and the
@@ -293,9 +302,8 @@ def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugin
     script = tmp_path / "bare_spin.py"
     script.write_text(BARE_SPIN)
     seen = {}
-    beside_bare_timing = lambda seen: {"PYTHONPATH": str(Path(__file__).parent / "benchmarks")}  # noqa: E731
-    with lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], [str(script), "--step-ms", "40"],
-                        2, 2, seen, beside_bare_timing, keep=tmp_path / "kept") as (plugin, bare):
+    with lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], spinning_bare_loop(script, 2, 2),
+                        2, 2, seen, keep=tmp_path / "kept") as (plugin, bare):
         rate, per_round = bench_overhead.alternate("spin", {"accelbench": lockstep.settled(plugin.block, 2),
                                                             "reference": lockstep.settled(bare.block, 2)}, 4)
         bare_process = bare.process
@@ -448,11 +456,10 @@ def test_a_pair_opened_bare_first_starts_its_bare_loop_before_the_worker(testplu
             _init(self, *args)
         monkeypatch.setattr(cls, "__init__", noting)
     seen = {}
-    beside_bare_timing = lambda seen: {"PYTHONPATH": str(Path(__file__).parent / "benchmarks")}  # noqa: E731
 
     def open_pair(bare_first):
-        return lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], [str(script), "--step-ms", "40"],
-                              2, 1, seen, beside_bare_timing, bare_first=bare_first)
+        return lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], spinning_bare_loop(script, 2, 1),
+                              2, 1, seen, bare_first=bare_first)
 
     with pytest.raises(KeyError):  # nothing seen yet: a first pair cannot open with its bare loop
         with open_pair(True):
@@ -480,3 +487,142 @@ def test_pairs_misused_are_refused_before_anything_starts(flags, message):
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stdout == ""
     assert message in result.stderr.splitlines()[-1]
+
+
+#: a program that runs its own loop as a shipped reference does, printing a line a step among
+#: others; each step is 30 ms of its own CPU time, so time it spends stopped does not advance it
+SHIPPED_SPIN = """
+import time
+print("Step\\tImg/sec\\ttotal_loss")
+for step in range(1, 10**6):
+    end = time.process_time() + 0.030
+    while time.process_time() < end:
+        pass
+    print(f"{step}\\timages/sec: 33.3 +/- 0.0 (jitter = 0.0)\\t7.000")
+    print("a log line between steps")
+"""
+
+
+def process_state(pid):
+    """The one-letter state /proc gives a process (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def test_a_shipped_reference_takes_turns_stopped_between_its_blocks(tmp_path):
+    """Between its blocks the program is stopped: it makes no progress while the other side runs,
+    that wait is not in its seconds, and a block is the steps asked for, timed by its step lines."""
+    script = tmp_path / "shipped.py"
+    script.write_text(SHIPPED_SPIN)
+    side = lockstep.ShippedSide([sys.executable, str(script)], bench_reference.STEP_LINES["tf_cnn"], batch=4,
+                                warmup=2, scratch=(scratch := tempfile.TemporaryDirectory()))
+    try:
+        states = [process_state(side.process.pid)]
+        time.sleep(0.5)  # ~16 steps, were it running
+        first = side.block(3)
+        states.append(process_state(side.process.pid))
+        time.sleep(0.3)
+        second = side.block(2)
+    finally:
+        side.close()
+    assert states == ["T", "T"]
+    assert first[0] == 12 and first[1] == pytest.approx(0.090, rel=0.3)
+    assert second[0] == 8 and second[1] == pytest.approx(0.060, rel=0.3)
+    assert side.process.poll() is not None and not Path(scratch.name).exists()
+
+
+def test_a_shipped_reference_that_dies_in_lockstep_fails_its_case_with_its_own_words(tmp_path):
+    script = tmp_path / "shipped_dies.py"
+    script.write_text("import sys\nprint('loading')\nsys.exit('no such framework here')\n")
+    with pytest.raises(SystemExit, match="the reference exited \\(1\\): loading \\| no such framework here"):
+        lockstep.ShippedSide([sys.executable, str(script)], bench_reference.STEP_LINES["tf_cnn"], 2, 1)
+
+
+@pytest.mark.parametrize("kind, line", [
+    ("tf_cnn", "1\timages/sec: 6.8 +/- 0.0 (jitter = 0.0)\t7.000"),
+    ("mxnet_script", "INFO:root:Epoch[0] Batch [1-2]\tSpeed: 7.01 samples/sec\taccuracy=0.000000"),
+    ("garden", "I1204 TimeHistory: 4.61 seconds, 6.94 examples/second between steps 1 and 2"),
+])
+def test_each_shipped_references_step_line_is_found_and_nothing_else(kind, line):
+    others = ["Step\tImg/sec\ttotal_loss", "total images/sec: 6.83", "Done warm up", "Running warm up"]
+    assert bench_reference.STEP_LINES[kind].search(line)
+    assert not any(bench_reference.STEP_LINES[kind].search(other) for other in others)
+
+
+def test_a_shipped_reference_in_lockstep_prints_a_line_a_step_as_it_ships(monkeypatch, tmp_path):
+    """tf_cnn_benchmarks, train_imagenet.py and the Model Garden are started for their million
+    steps, a step line each, with what they need to run here; every case takes lockstep but tpu-bf16."""
+    started = []
+    monkeypatch.setattr(lockstep, "ShippedSide", lambda command, step_line, batch, warmup, cwd, env, scratch:
+                        started.append((command, cwd, env, Path(scratch.name), warmup)) or scratch)
+    (tmp_path / "numpy_alias_shim_sitecustomize.py").write_text("# shim\n")
+    options = bench_reference.argparse.Namespace(references=tmp_path, shipped_malloc="as-shipped",
+                                                 shipped_onednn="as-shipped", warmup=3, lockstep=1,
+                                                 garden_python="/garden/bin/python")
+    seen = {"settings": {"allocator": "system"}}
+    for name in ("tfcnn-v1-fp32", "mxscript-v1-fp32", "tf-bf16"):
+        _, kind, reference = bench_reference.CASES[name]
+        bench_reference.lockstep_reference(kind, reference, 32, options)(seen).cleanup()
+    (tf_cnn, tf_cwd, tf_env, _, tf_lines), (mx, mx_cwd, mx_env, mx_scratch, mx_lines), \
+        (garden, garden_cwd, _, garden_scratch, garden_lines) = started
+    # both sides' first block follows 3 steps: MXNet's batch 0 prints no line, so 2 more of its lines
+    assert (tf_lines, mx_lines, garden_lines) == (3, 2, 3)
+    assert {"--display_every=1", "--num_batches=1000000", "--num_warmup_batches=0", "--batch_size=32",
+            "--model=resnet50"} <= set(tf_cnn) and tf_env == {"TF_USE_LEGACY_KERAS": "1"}
+    assert mx[mx.index("--disp-batches") + 1] == "1" and mx[mx.index("--num-examples") + 1] == str(32 * 10**6)
+    assert mx_cwd == tmp_path / "mxnet_image_classification" and mx_env["PYTHONPATH"] == str(mx_scratch)
+    assert garden[0] == "/garden/bin/python" and Path(garden_cwd) == garden_scratch
+    assert {"--log_steps=1", "--train_steps=1000000", "--dtype", "bf16", f"--model_dir={garden_scratch}"} <= set(garden)
+    assert [c for c in bench_reference.CASES if not bench_reference.in_lockstep(c, options)] == ["tpu-bf16"]
+
+
+def test_beside_a_shipped_reference_the_plugins_worker_is_stopped_between_its_blocks(testplugins_path, monkeypatch):
+    """Both sides spend the other's block alike: stopped. The worker's block is still its own
+    timing loop's, and the side's close ends a stopped worker too."""
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    plugin = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1, frozen=True)
+    worker = plugin.session.worker.process
+    try:
+        states = [process_state(worker.pid)]
+        images, seconds = plugin.block(2)
+        states.append(process_state(worker.pid))
+    finally:
+        plugin.close()
+    assert states == ["T", "T"]
+    assert images == 4 and seconds == pytest.approx(0.040, rel=0.25)
+    assert worker.wait(10) is not None
+
+
+def test_a_shipped_reference_left_stopped_dies_with_the_benchmark(tmp_path):
+    """Killed outright (no finally runs), the benchmark takes its stopped reference with it."""
+    import subprocess
+
+    script = tmp_path / "shipped.py"
+    script.write_text(SHIPPED_SPIN)
+    driver = tmp_path / "driver.py"
+    driver.write_text(f"""import re, sys, time
+sys.path.insert(0, {str(Path(__file__).parent / "benchmarks")!r})
+import lockstep
+side = lockstep.ShippedSide([sys.executable, {str(script)!r}], re.compile(r"images/sec"), 2, 1)
+print(side.process.pid, flush=True)
+time.sleep(60)
+""")
+    benchmark = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
+    reference = int(benchmark.stdout.readline())
+    assert process_state(reference) == "T"
+    benchmark.kill()
+    benchmark.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{reference}").exists() and process_state(reference) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{reference}").exists() or process_state(reference) == "Z"
+
+
+def test_a_terminated_benchmark_unwinds_through_its_sides_and_is_no_cases_failure(monkeypatch):
+    """SIGTERM ends the run (it is not one case's failure, after which the sweep would go on), and
+    as an exception, so every side's close runs and nothing is left stopped."""
+    def measure(name, batch, options):
+        bench_reference.terminated(15, None)
+
+    monkeypatch.setattr(bench_reference, "measure", measure)
+    with pytest.raises(bench_reference.Terminated, match="signal 15"):
+        bench_reference.measured_or_failed("tfcnn-v1-fp32", 32, None)

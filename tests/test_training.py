@@ -4,6 +4,7 @@ equal to the source, and every framework trains the digits to the target from th
 import importlib.util
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,11 @@ def test_converting_into_a_non_empty_folder_is_refused(accelbench_cli, tmp_path)
 def test_the_readme_train_command_then_the_report(accelbench_cli, tmp_path, monkeypatch):
     """`accelbench train` with no arguments: the embedded digits (converted once into the cache),
     every built-in backend to 95%; the report then shows the curves and the table to target."""
+    # a fresh accelbench cache, as on a new machine; pip keeps its own cache (it lives under
+    # XDG_CACHE_HOME too), so making JAX's environment again installs the wheels the session's
+    # first one downloaded instead of downloading them again
+    pip_cache = os.environ.get("PIP_CACHE_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pip")
+    monkeypatch.setenv("PIP_CACHE_DIR", pip_cache)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     result = accelbench_cli("train", "--price-per-hour", "6.50", "-o", str(tmp_path / "train.json"))
     assert result.returncode == 0, result.stderr

@@ -40,14 +40,18 @@ below 0.98.
 
     python tests/benchmarks/bench_reference.py --case torch-fp32 --batch-sizes 8 --rounds 4 --max-rounds 10
 
-`--lockstep STEPS` runs the bare-loop cases (torch, mxnet, jax) in lockstep (`lockstep.py`): the
-plugin's worker (as `accelbench run` starts it) and the bare loop both alive and warm, taking turns
-in blocks of STEPS steps, a round being one block of each, so the blocks of a pair are seconds
-apart, not the half-minute of two fresh processes, and a VM whose speed drifts over tens of
-seconds moves both alike. It compares the warm steady state; rounds of whole runs, the default,
-also hold each side's start-up and first steps.
+`--lockstep STEPS` runs the cases in lockstep (`lockstep.py`): the plugin's worker (as `accelbench
+run` starts it) and the reference both alive and warm, taking turns in blocks of STEPS steps, a
+round being one block of each, so the blocks of a pair are seconds apart, not the half-minute of
+two fresh processes, and a VM whose speed drifts over tens of seconds moves both alike. A bare loop
+is asked for each block; a shipped reference runs as it ships, printing a line a step, and is
+stopped (SIGSTOP) after its block's last step line and continued (SIGCONT) for its next, its
+stopped time left out of its seconds. tpu-bf16 keeps its rounds (both sides run whole loops of 10
+steps). It compares the warm steady state; rounds of whole runs, the default, also hold each
+side's start-up and first steps.
 
     python tests/benchmarks/bench_reference.py --case torch-bf16 --batch-sizes 8 --lockstep 3 --rounds 30
+    python tests/benchmarks/bench_reference.py --case tfcnn-v1-fp32 --batch-sizes 32 --lockstep 1 --rounds 4 --pairs 12
 
 The rounds of one lockstep run share its two processes, and with them whatever each process
 decided once (where its memory landed, its threads' placement, its JIT's kernels): their interval
@@ -66,6 +70,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -84,6 +89,16 @@ SPEEDOMETER = re.compile(r"Speed: ([\d.]+) samples/sec")
 
 GARDEN_MAIN = "official.legacy.image_classification.resnet.resnet_ctl_imagenet_main"
 TIME_HISTORY = re.compile(r"TimeHistory: ([\d.]+) seconds, [\d.]+ examples/second between steps (\d+) and (\d+)")
+#: the line a shipped reference prints for each step when asked to print one a step (lockstep)
+STEP_LINES = {"tf_cnn": re.compile(r"^\d+\timages/sec:"), "mxnet_script": SPEEDOMETER, "garden": TIME_HISTORY}
+#: steps a shipped reference is started for in lockstep: more than any run asks for (it is killed
+#: once its blocks are done)
+LOCKSTEP_STEPS = 1_000_000
+#: warm-up steps a shipped reference runs before its first step line in lockstep: the Speedometer's
+#: batch 0 (its clock starts there); tf_cnn_benchmarks is asked for no warm-up batch of its own and
+#: the Model Garden logs from its first step. Its side then waits for --warmup minus these lines,
+#: so both sides' first block follows --warmup steps
+UNPRINTED_STEPS = {"tf_cnn": 0, "mxnet_script": 1, "garden": 0}
 
 # name: (accelbench arguments, reference kind, reference arguments)
 CASES = {
@@ -145,15 +160,26 @@ def run_mxnet_script(references, args, batch, warmup, timed, env=None):
     if timed % warmup:
         raise SystemExit("--timed must be a multiple of --warmup (one Speedometer window per warm-up)")
     with tempfile.TemporaryDirectory() as shim:
-        shutil.copy(references / "numpy_alias_shim_sitecustomize.py", Path(shim) / "sitecustomize.py")
-        out = subprocess.run(
-            [sys.executable, "train_imagenet.py", "--benchmark", "1", *args, "--batch-size", str(batch),
-             # + 1 batch: the Speedometer starts its clock at the end of batch 0
-             "--image-shape", "3,224,224", "--num-epochs", "1", "--num-examples", str((warmup + timed + 1) * batch),
-             "--disp-batches", str(warmup), "--kv-store", "local"],
-            capture_output=True, text=True, cwd=references / "mxnet_image_classification",
-            env=dict(os.environ, PYTHONPATH=shim, OMP_NUM_THREADS=str(os.cpu_count()), **(env or {})))
+        # + 1 batch: the Speedometer starts its clock at the end of batch 0
+        out = subprocess.run(mxnet_script_command(args, batch, warmup + timed + 1, disp_batches=warmup),
+                             capture_output=True, text=True, cwd=references / "mxnet_image_classification",
+                             env={**os.environ, **mxnet_script_environment(references, shim), **(env or {})})
     return speedometer_figure(out.returncode, out.stderr, batch, warmup, timed)
+
+
+def mxnet_script_command(args, batch, batches, disp_batches):
+    """train_imagenet.py --benchmark 1 (synthetic data) for ``batches`` batches, a Speedometer line
+    every ``disp_batches``; run from its folder."""
+    return [sys.executable, "train_imagenet.py", "--benchmark", "1", *args, "--batch-size", str(batch),
+            "--image-shape", "3,224,224", "--num-epochs", "1", "--num-examples", str(batches * batch),
+            "--disp-batches", str(disp_batches), "--kv-store", "local"]
+
+
+def mxnet_script_environment(references, folder):
+    """What mxnet 1.9.1 needs to run here, as ../shared/references says: the numpy alias shim (copied
+    into ``folder`` as sitecustomize) and OMP_NUM_THREADS = cores (it uses half when unset)."""
+    shutil.copy(references / "numpy_alias_shim_sitecustomize.py", Path(folder) / "sitecustomize.py")
+    return {"PYTHONPATH": str(folder), "OMP_NUM_THREADS": str(os.cpu_count())}
 
 
 def speedometer_figure(returncode, log, batch, warmup, timed):
@@ -169,11 +195,8 @@ def speedometer_figure(returncode, log, batch, warmup, timed):
 def run_garden(python, args, batch, warmup, timed, env=None):
     """Model Garden's own training loop; returns (images, seconds) of the steps after the warm-up."""
     with tempfile.TemporaryDirectory() as model_dir:
-        out = subprocess.run(
-            [python, "-m", GARDEN_MAIN, "--use_synthetic_data", "--skip_eval", "--distribution_strategy=off",
-             "--num_gpus=0", "--noenable_checkpoint_and_export", f"--model_dir={model_dir}",
-             f"--batch_size={batch}", f"--train_steps={warmup + timed}", f"--log_steps={warmup}", *args],
-            capture_output=True, text=True, cwd=model_dir, env={**os.environ, **(env or {})})
+        out = subprocess.run(garden_command(python, args, batch, warmup + timed, warmup, model_dir),
+                             capture_output=True, text=True, cwd=model_dir, env={**os.environ, **(env or {})})
     if out.returncode:
         raise SystemExit(f"Model Garden failed:\n{out.stderr[-2000:]}")
     intervals = [(float(s), int(a), int(b)) for s, a, b in TIME_HISTORY.findall(out.stderr)]
@@ -181,6 +204,50 @@ def run_garden(python, args, batch, warmup, timed, env=None):
     if sum(steps for _, steps in timed_intervals) != timed:
         raise SystemExit(f"Model Garden logged {intervals}, expected {timed} steps after {warmup}")
     return timed * batch, sum(seconds for seconds, _ in timed_intervals)
+
+
+def garden_command(python, args, batch, train_steps, log_steps, model_dir):
+    """Model Garden's ResNet-50 training loop on synthetic data, a TimeHistory line every
+    ``log_steps``; run in ``model_dir``."""
+    return [python, "-m", GARDEN_MAIN, "--use_synthetic_data", "--skip_eval", "--distribution_strategy=off",
+            "--num_gpus=0", "--noenable_checkpoint_and_export", f"--model_dir={model_dir}",
+            f"--batch_size={batch}", f"--train_steps={train_steps}", f"--log_steps={log_steps}", *args]
+
+
+def shipped_side(kind, reference, batch, options, seen):
+    """A shipped reference in lockstep (``lockstep.ShippedSide``): as it ships (or with the
+    plugin's malloc and oneDNN choice, as asked), started for more steps than any run asks for,
+    printing a line a step, in a scratch folder of its own. Its warm-up is --warmup steps, the ones
+    it runs before its first step line counted in (``UNPRINTED_STEPS``); at least one line, which
+    is where it can be stopped."""
+    scratch = tempfile.TemporaryDirectory()
+    env = {**shipped_malloc(options.shipped_malloc, seen), **shipped_onednn(options.shipped_onednn, seen)}
+    cwd = scratch.name
+    if kind == "tf_cnn":
+        command = [sys.executable, *tf_cnn_command(options.references, reference, batch, 0, LOCKSTEP_STEPS),
+                   "--display_every=1"]
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    elif kind == "mxnet_script":
+        command = mxnet_script_command(reference, batch, LOCKSTEP_STEPS, disp_batches=1)
+        env.update(mxnet_script_environment(options.references, scratch.name))
+        cwd = options.references / "mxnet_image_classification"
+    else:
+        command = garden_command(options.garden_python, reference, batch, LOCKSTEP_STEPS, 1, scratch.name)
+    lines = max(1, options.warmup - UNPRINTED_STEPS[kind])
+    return lockstep.ShippedSide(command, STEP_LINES[kind], batch, lines, cwd=cwd, env=env, scratch=scratch)
+
+
+def lockstep_reference(kind, reference, batch, options):
+    """How a case's reference side starts in lockstep: ``reference_side(seen)`` for ``lockstep.sides``."""
+    if kind == "bare":
+        return lambda seen: lockstep.BareSide(reference, batch, options.warmup, seen["python"], bare_environment(seen))
+    return lambda seen: shipped_side(kind, reference, batch, options, seen)
+
+
+def in_lockstep(name, options):
+    """Whether a case runs in lockstep: asked for, and both sides can take turns a step at a time
+    (not tpu-bf16: its plugin and its reference run whole loops of 10 steps)."""
+    return options.lockstep is not None and name not in LOOP_STEPS
 
 
 def on_device(name, device):
@@ -199,7 +266,7 @@ def takes_device(name):
 
 def measure(name, batch, options):
     args, kind, reference = on_device(name, options.device)
-    if options.lockstep and kind == "bare":
+    if in_lockstep(name, options):
         return measure_lockstep(name, batch, options)
     loop = LOOP_STEPS.get(name, 1)
     warmup, timed = (-(-steps // loop) * loop for steps in (options.warmup, options.timed))
@@ -225,16 +292,19 @@ def measure(name, batch, options):
 
 
 def measure_lockstep(name, batch, options):
-    """A bare-loop case in lockstep (``lockstep.py``): both warm processes alive, taking turns in
-    blocks of ``--lockstep`` steps; a round is one block of each. With ``--pairs`` over one, each
-    pair of processes runs ``--rounds`` rounds and is one unit of the interval (``lockstep.in_pairs``)."""
+    """A case in lockstep (``lockstep.py``): both warm processes alive, taking turns in blocks of
+    ``--lockstep`` steps (a shipped reference stopped and continued by job control); a round is
+    one block of each. With ``--pairs`` over one, each pair of processes runs ``--rounds`` rounds
+    and is one unit of the interval (``lockstep.in_pairs``)."""
     args, kind, reference = on_device(name, options.device)
     seen, steps, label = {}, options.lockstep, f"{name} batch {batch}"
     started = time.strftime("%H:%M", time.gmtime())
+    reference_side = lockstep_reference(kind, reference, batch, options)
 
     def open_pair(bare_first=False):
-        return lockstep.sides(args, reference, batch, options.warmup, seen, bare_environment, options.keep_records,
-                              bare_first=bare_first)
+        # beside a reference stopped between its blocks, the plugin's worker is stopped too
+        return lockstep.sides(args, reference_side, batch, options.warmup, seen, options.keep_records,
+                              bare_first=bare_first, frozen=kind != "bare")
 
     if options.pairs > 1:
         looks = Looks(options.pairs, options.max_pairs, unit="pair")
@@ -466,7 +536,17 @@ MEMORY_RETURNED_NOTE = ("; free memory goes back to the host (virtio balloon pag
                         "touched first after that costs a host fault too")
 
 
+class Terminated(BaseException):
+    """SIGTERM: no case's failure (``measured_or_failed`` goes on after those) but the end of the
+    run, unwinding through every side's close, so nothing it started is left stopped."""
+
+
+def terminated(signum, frame):
+    raise Terminated(f"terminated by signal {signum}")
+
+
 def main():
+    signal.signal(signal.SIGTERM, terminated)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: every case whose "
                         "reference is here (the Model Garden cases need --garden-python)")
@@ -480,10 +560,10 @@ def main():
     parser.add_argument("--max-rounds", type=int, help="add rounds after --rounds, one at a time, while the "
                         "verdict against the bar is undecided, up to this many (each look's interval spends "
                         "its share of the 5%% error); default: --rounds, one look")
-    parser.add_argument("--lockstep", type=int, metavar="STEPS", help="cases whose reference is a bare loop run "
-                        "in lockstep: the plugin's worker and the bare loop both alive and warm, taking turns in "
-                        "blocks of STEPS steps (a round is one block of each), so a machine whose speed drifts "
-                        "moves both alike; the other cases run as before")
+    parser.add_argument("--lockstep", type=int, metavar="STEPS", help="run the cases in lockstep: the plugin's "
+                        "worker and the reference both alive and warm, taking turns in blocks of STEPS steps (a "
+                        "round is one block of each; a shipped reference stopped and continued by job control), "
+                        "so a machine whose speed drifts moves both alike; tpu-bf16 keeps its rounds")
     parser.add_argument("--pairs", type=int, default=1, help="with --lockstep: open this many pairs of processes "
                         "a case, one after the other, each for --rounds rounds; a pair, not a round, is then the "
                         "unit of the interval (rounds of one pair share its processes' memory and thread "
@@ -524,7 +604,7 @@ def main():
     if options.device != "cpu" and not all(takes_device(c) for c in cases):
         parser.error(f"--device {options.device}: only the cases whose reference is a bare loop that takes a device "
                      f"run there ({', '.join(c for c in CASES if takes_device(c))})")
-    if options.timed % options.warmup and any(CASES[c][1] != "bare" for c in cases):
+    if options.timed % options.warmup and any(CASES[c][1] != "bare" and not in_lockstep(c, options) for c in cases):
         parser.error("--timed must be a multiple of --warmup (the shipped references log per warm-up)")
     print(machine_header(), flush=True)
     results = []
@@ -536,7 +616,7 @@ def main():
     print(f"shipped references' malloc: {options.shipped_malloc}; TensorFlow's oneDNN: {options.shipped_onednn}; "
           "bare loops: the plugin's; "
           f"burn-in: {'one uncounted run per case' if options.burn_in else 'none'}; "
-          f"bare loops {lockstep_text(options)}; "
+          f"cases {lockstep_text(options)}; "
           f"verdict against the bar: ahead (interval above 1), not behind (above {MIN_RATIO}), "
           f"behind (below {MIN_RATIO}), undecided")
     unit = units_of(results)

@@ -1,5 +1,6 @@
-"""Lockstep: a plugin's warm worker and its bare loop's warm process, both alive, taking turns in
-blocks of a few steps (A B | B A | A B ...), so the two blocks of a pair are seconds apart.
+"""Lockstep: a plugin's warm worker and its reference's warm process (a bare loop, or a shipped
+program), both alive, taking turns in blocks of a few steps (A B | B A | A B ...), so the two
+blocks of a pair are seconds apart.
 
 Why: on a shared VM the machine's speed moves over tens of seconds (a neighbour on the host's
 cores). On the 2-core Zen 4 VM (2026-12-04) one side's trials 24 s apart differed by up to 10%
@@ -16,6 +17,14 @@ While one side runs a block the other waits in a pipe read. A short pause before
 the side that ran last park its threads (an OpenMP runtime keeps its threads spinning for a while
 after a parallel region: GNU's briefly, Intel's 200 ms by default), so no block starts beside them.
 
+A shipped reference (tf_cnn_benchmarks, MXNet's ``train_imagenet.py``, the Model Garden) runs its
+own loop and cannot be asked for a block: ``ShippedSide`` lets it run and stops it by job control
+(SIGSTOP to its process group) right after the line it prints for a step, continuing it (SIGCONT)
+for its next block; beside it the plugin's worker is stopped between its blocks too, so both
+sides spend the other's block alike. Rounds of its whole runs paired runs half a minute apart on a
+VM whose speed moves on that scale (their rounds spread ±7% on the Zen 4 VM, so a 2% bar needed
+~40 of them).
+
 Process pairs (``in_pairs``): every round of one pair of processes shares what was decided once per
 process — where its memory landed, how its threads were placed, which kernels a JIT or autotuner
 picked. On the Zen 4 VM two lockstep runs of the same case 50 minutes apart decided opposite ways
@@ -25,9 +34,11 @@ starts first, and blocks first, alternating from pair to pair), one pair is one 
 the two sides' images over seconds within it, and the interval is over pairs.
 """
 
+import collections
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -61,9 +72,15 @@ def run_config(args, batch):
 
 
 class PluginSide:
-    """The plugin's worker, prepared and warmed up; ``block(steps)`` times that many steps."""
+    """The plugin's worker, prepared and warmed up; ``block(steps)`` times that many steps.
 
-    def __init__(self, args, batch, warmup):
+    ``frozen``: the worker is stopped (SIGSTOP) between its blocks, as a ``ShippedSide`` is, so
+    both sides spend the other's block alike. It matters: on the Zen 4 VM the TF plugin's 1-step
+    blocks ran ~5% faster after 1.5 s stopped than after 1.5 s waiting in a pipe read (its
+    threads, frozen as they finished, need no waking), which would have favoured a stopped
+    reference over a waiting worker."""
+
+    def __init__(self, args, batch, warmup, frozen=False):
         from accelbench.registry import PluginHost
         from accelbench.runner import BackendSession, Unavailable, WorkerFailure
 
@@ -78,8 +95,13 @@ class PluginSide:
             self.close()
             raise SystemExit(f"{plugin}: lockstep takes one step a call; it runs "
                              f"{self.session.prepared.steps_per_call}")
-        self.batch, self.warmup = batch, warmup
+        self.batch, self.warmup, self.frozen = batch, warmup, frozen
         self._calls(warmup)
+        self._freeze(signal.SIGSTOP)
+
+    def _freeze(self, which):
+        if self.frozen:
+            os.kill(self.session.worker.process.pid, which)
 
     def _calls(self, calls):
         try:
@@ -91,7 +113,9 @@ class PluginSide:
             raise SystemExit(f"the plugin's worker failed: {exc}") from None
 
     def block(self, steps):
+        self._freeze(signal.SIGCONT)
         self._calls(steps)
+        self._freeze(signal.SIGSTOP)
         return self.batch * steps, sum(self.session.call_times[-steps:])
 
     def record(self, timed_by):
@@ -102,6 +126,7 @@ class PluginSide:
         return self.session.record(timed, self.warmup, timed_by)
 
     def close(self):
+        self._freeze(signal.SIGCONT)  # a stopped worker would not hear its session end
         self.session.close()
 
 
@@ -144,6 +169,77 @@ class BareSide:
         self.log.close()
 
 
+class ShippedSide:
+    """A shipped reference program, as it ships, in lockstep by job control. It runs its own loop
+    and prints a line per step (``step_line`` finds them); after ``warmup`` of them it is stopped,
+    and ``block(steps)`` continues it until that many more have come, then stops it again.
+
+    A block's seconds are the time the program was let run between the step line that ended its
+    previous block and the one that ends this block: from that line to the stop, plus from the
+    continue to this block's last line. The stopped time is left out, and a line's delay through
+    the pipe, alike at both ends, cancels. A step the program began before the stop took effect
+    (the few microseconds from reading its line to the signal) is counted where it ran: in the
+    running time before the stop. ``scratch`` (a TemporaryDirectory the program works in) is
+    removed when the side closes."""
+
+    def __init__(self, command, step_line, batch, warmup, cwd=None, env=None, scratch=None):
+        self.step_line, self.batch, self.scratch = step_line, batch, scratch
+        self.tail = collections.deque(maxlen=40)  # its last lines, for the reason if it dies
+        # its own session: the stop and continue reach every process it starts, and nothing of a
+        # terminal's signals; stderr merged (MXNet logs its step lines there)
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        cwd=cwd, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+                                        start_new_session=True, preexec_fn=_killed_with_its_parent)
+        try:
+            for _ in range(warmup):
+                self.last_line = self._next_step()
+            self._stop()
+        except SystemExit:
+            self.close()
+            raise
+
+    def _next_step(self):
+        """The arrival time of the program's next step line."""
+        for line in self.process.stdout:
+            self.tail.append(line.rstrip())
+            if self.step_line.search(line):
+                return time.perf_counter()
+        raise SystemExit(f"the reference exited ({self.process.wait()}): {' | '.join(self.tail)[-1500:]}")
+
+    def _signal(self, which):
+        os.killpg(self.process.pid, which)
+
+    def _stop(self):
+        self._signal(signal.SIGSTOP)
+        self.stopped_at = time.perf_counter()
+
+    def block(self, steps):
+        ran_before_stop = self.stopped_at - self.last_line
+        continued_at = time.perf_counter()
+        self._signal(signal.SIGCONT)
+        for _ in range(steps):
+            self.last_line = self._next_step()
+        self._stop()
+        return self.batch * steps, ran_before_stop + (self.last_line - continued_at)
+
+    def close(self):
+        if self.process.poll() is None:
+            self._signal(signal.SIGKILL)  # it would run on for its million steps; nothing of it is kept
+            self.process.wait()
+        self.process.stdout.close()
+        if self.scratch is not None:
+            self.scratch.cleanup()
+
+
+def _killed_with_its_parent():
+    """In the child, before it runs the program: the kernel kills it when this process dies, however
+    it dies (a program left stopped would otherwise wait for a SIGCONT that never comes)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def settled(block, steps):
     """A runner for ``bench_overhead.alternate``: ``block(steps)`` after the pause that lets the
     other side park its threads."""
@@ -154,20 +250,22 @@ def settled(block, steps):
 
 
 @contextlib.contextmanager
-def sides(args, bare_command, batch, warmup, seen, bare_env, keep=None, bare_first=False):
+def sides(args, reference_side, batch, warmup, seen, keep=None, bare_first=False, frozen=False):
     """Both sides, warmed up one after the other (never beside each other); ``seen`` gets the
-    plugin's record of its warm-up (FLOPs, peak, settings, Python), from which ``bare_env(seen)``
-    gives the bare loop its environment. Yields (plugin side, bare side); closes both after, the
-    plugin's record of its blocks kept in ``keep`` if given. ``bare_first``: the bare loop starts
-    and warms up first, from what an earlier pair left in ``seen``."""
+    plugin's record of its warm-up (FLOPs, peak, settings, Python), from which
+    ``reference_side(seen)`` starts the reference's side (a ``BareSide`` or a ``ShippedSide``: its
+    interpreter and environment may follow the plugin's). Yields (plugin side, reference side);
+    closes both after, the plugin's record of its blocks kept in ``keep`` if given. ``bare_first``:
+    the reference starts and warms up first, from what an earlier pair left in ``seen``.
+    ``frozen``: the plugin's worker is stopped between its blocks (beside a ``ShippedSide``)."""
     def start_bare():
-        return BareSide(bare_command, batch, warmup, seen["python"], bare_env(seen))
+        return reference_side(seen)
 
     plugin = bare = None
     try:
         if bare_first:
             bare = start_bare()
-        plugin = PluginSide(args, batch, warmup)
+        plugin = PluginSide(args, batch, warmup, frozen)
         learn(plugin.record("bench_reference --lockstep"), seen)
         if bare is None:
             bare = start_bare()
