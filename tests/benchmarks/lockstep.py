@@ -236,8 +236,10 @@ def _killed_with_its_parent():
     it dies (a program left stopped would otherwise wait for a SIGCONT that never comes)."""
     import ctypes
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if hasattr(libc, "prctl"):  # Linux; elsewhere SIGTERM and Ctrl-C still unwind through close()
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def settled(block, steps):
