@@ -221,7 +221,7 @@ def shipped_side(kind, reference, batch, options, seen):
     it runs before its first step line counted in (``UNPRINTED_STEPS``); at least one line, which
     is where it can be stopped."""
     scratch = tempfile.TemporaryDirectory()
-    env = {**shipped_malloc(options.shipped_malloc, seen), **shipped_onednn(options.shipped_onednn, seen)}
+    env = shipped_environment(options, seen)
     cwd = scratch.name
     if kind == "tf_cnn":
         command = [sys.executable, *tf_cnn_command(options.references, reference, batch, 0, LOCKSTEP_STEPS),
@@ -271,8 +271,7 @@ def measure(name, batch, options):
     loop = LOOP_STEPS.get(name, 1)
     warmup, timed = (-(-steps // loop) * loop for steps in (options.warmup, options.timed))
     seen = {}
-    shipped_env = lambda: {**shipped_malloc(options.shipped_malloc, seen),  # noqa: E731
-                           **shipped_onednn(options.shipped_onednn, seen)}
+    shipped_env = lambda: shipped_environment(options, seen)  # noqa: E731
     runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed, shipped_env()),
                "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed,
                                                         shipped_env()),
@@ -458,6 +457,12 @@ MARKDOWN_ROUNDS = 12
 def bare_environment(seen):
     """A bare loop's environment: the malloc (huge pages too) and oneDNN ceiling the plugin's worker had."""
     return {**plugin_malloc(seen), **onednn_ceiling_of(seen)}
+
+
+def shipped_environment(options, seen):
+    """A shipped reference's environment as --shipped-malloc and --shipped-onednn ask (in rounds
+    and in lockstep alike)."""
+    return {**shipped_malloc(options.shipped_malloc, seen), **shipped_onednn(options.shipped_onednn, seen)}
 
 
 def shipped_malloc(choice, seen):

@@ -260,17 +260,14 @@ def sides(args, reference_side, batch, warmup, seen, keep=None, bare_first=False
     closes both after, the plugin's record of its blocks kept in ``keep`` if given. ``bare_first``:
     the reference starts and warms up first, from what an earlier pair left in ``seen``.
     ``frozen``: the plugin's worker is stopped between its blocks (beside a ``ShippedSide``)."""
-    def start_bare():
-        return reference_side(seen)
-
     plugin = bare = None
     try:
         if bare_first:
-            bare = start_bare()
+            bare = reference_side(seen)
         plugin = PluginSide(args, batch, warmup, frozen)
         learn(plugin.record("bench_reference --lockstep"), seen)
         if bare is None:
-            bare = start_bare()
+            bare = reference_side(seen)
         yield plugin, bare
         if keep is not None:
             from accelbench.records import write_results
