@@ -12,8 +12,9 @@ Local runs bind only to 127.0.0.1, on ports picked free at run time.
 from __future__ import annotations
 
 import socket
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from .errors import UsageError
 
@@ -38,8 +39,9 @@ class LocalCluster:
 
     workers: int
     scratch: str
-    host: str = LOOPBACK
-    free_port: Callable[[], int] = field(default=lambda: free_port(LOOPBACK))
+    host: str
+    #: a port free on ``host`` and not yet given to this plan (``distinct_free_ports``)
+    free_port: Callable[[], int]
 
 
 @dataclass(frozen=True)
@@ -87,15 +89,31 @@ class Engine:
         raise UsageError(f"engine {self.name} runs on one machine only")
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+@contextmanager
+def distinct_free_ports(host: str = LOOPBACK) -> Iterator[Callable[[], int]]:
+    """A source of free ports on ``host`` that never gives one twice.
+
+    Each port stays bound until the block ends: a port closed at once can come straight back from
+    the next bind (CI once planned two TensorFlow workers on one port)."""
+    held: list[socket.socket] = []
+
+    def take() -> int:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.append(sock)
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+    try:
+        yield take
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def plan_local(engine: Engine, workers: int, scratch: str, host: str = LOOPBACK) -> LaunchPlan:
     """``scratch``: a directory that lives as long as the trial (the caller makes and removes it)."""
-    return engine.local(LocalCluster(workers, scratch, host, lambda: free_port(host)))
+    with distinct_free_ports(host) as free_port:
+        return engine.local(LocalCluster(workers, scratch, host, free_port))
 
 
 def plan_rank(engine: Engine, cluster: ClusterRank) -> LaunchPlan:

@@ -24,6 +24,13 @@ BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not HAS[name], reason=f"
 TINY = dict(image_size=32, num_classes=10, warmup_steps=2, timed_steps=6, timeout_s=240)
 
 
+def test_a_plan_never_gets_one_port_twice():
+    # closed at once, a port can come back from the next bind: CI once planned two workers on one
+    with launch.distinct_free_ports() as free_port:
+        ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+
+
 def test_local_plans_use_loopback_and_free_ports(tmp_path):
     # the engines are the plugins' (core names none); neither module imports its framework
     from accelbench.plugins.mxnet_ngc.engine import DmlcPsEngine
@@ -208,7 +215,8 @@ def test_cluster_ranks_started_separately_then_merged(plugin, accelbench_cli, tm
     import subprocess
     import sys
 
-    ports = [launch.free_port() for _ in range(2)]
+    with launch.distinct_free_ports() as free_port:
+        ports = [free_port() for _ in range(2)]
     common = ["worker", "--plugin", plugin, "--workers", "2", "--coordinator", f"127.0.0.1:{ports[0]}",
               "--peers", ",".join(f"127.0.0.1:{p}" for p in ports), "--host", "127.0.0.1",
               "--image-size", "32", "--num-classes", "10", "--per-device-batch", "2", "--warmup-steps", "1",
