@@ -94,7 +94,7 @@ def distinct_free_ports(host: str = LOOPBACK) -> Iterator[Callable[[], int]]:
     """A source of free ports on ``host`` that never gives one twice.
 
     Each port stays bound until the block ends: a port closed at once can come straight back from
-    the next bind (CI once planned two TensorFlow workers on one port)."""
+    the next bind (CI once planned two workers on one port)."""
     held: list[socket.socket] = []
 
     def take() -> int:

@@ -592,29 +592,41 @@ def test_beside_a_shipped_reference_the_plugins_worker_is_stopped_between_its_bl
     assert worker.wait(10) is not None
 
 
-def test_a_shipped_reference_left_stopped_dies_with_the_benchmark(tmp_path):
-    """Killed outright (no finally runs), the benchmark takes its stopped reference with it."""
+STOPPED_SIDES = {
+    "shipped reference": """side = lockstep.ShippedSide([sys.executable, {script!r}], re.compile(r"images/sec"), 2, 1)
+pid = side.process.pid""",
+    "plugin worker": """sys.path.insert(0, {plugins!r})
+side = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1, frozen=True)
+pid = side.session.worker.process.pid""",
+}
+
+
+@pytest.mark.parametrize("side", STOPPED_SIDES)
+def test_a_side_left_stopped_dies_with_the_benchmark(side, testplugins_path, tmp_path):
+    """Killed outright (no finally runs), the benchmark takes its stopped sides with it: the
+    reference by the parent-death signal lockstep sets, the plugin's worker by core's."""
     import subprocess
 
     script = tmp_path / "shipped.py"
     script.write_text(SHIPPED_SPIN)
+    start = STOPPED_SIDES[side].format(script=str(script), plugins=str(testplugins_path))
     driver = tmp_path / "driver.py"
     driver.write_text(f"""import re, sys, time
 sys.path.insert(0, {str(Path(__file__).parent / "benchmarks")!r})
 import lockstep
-side = lockstep.ShippedSide([sys.executable, {str(script)!r}], re.compile(r"images/sec"), 2, 1)
-print(side.process.pid, flush=True)
+{start}
+print(pid, flush=True)
 time.sleep(60)
 """)
     benchmark = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
-    reference = int(benchmark.stdout.readline())
-    assert process_state(reference) == "T"
+    stopped = int(benchmark.stdout.readline())
+    assert process_state(stopped) == "T"
     benchmark.kill()
     benchmark.wait()
     deadline = time.monotonic() + 10
-    while Path(f"/proc/{reference}").exists() and process_state(reference) != "Z" and time.monotonic() < deadline:
+    while Path(f"/proc/{stopped}").exists() and process_state(stopped) != "Z" and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not Path(f"/proc/{reference}").exists() or process_state(reference) == "Z"
+    assert not Path(f"/proc/{stopped}").exists() or process_state(stopped) == "Z"
 
 
 def test_a_terminated_benchmark_unwinds_through_its_sides_and_is_no_cases_failure(monkeypatch):
