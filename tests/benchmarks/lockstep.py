@@ -183,13 +183,17 @@ class ShippedSide:
     removed when the side closes."""
 
     def __init__(self, command, step_line, batch, warmup, cwd=None, env=None, scratch=None):
+        from accelbench.worker import die_with_parent
+
         self.step_line, self.batch, self.scratch = step_line, batch, scratch
         self.tail = collections.deque(maxlen=40)  # its last lines, for the reason if it dies
         # its own session: the stop and continue reach every process it starts, and nothing of a
-        # terminal's signals; stderr merged (MXNet logs its step lines there)
+        # terminal's signals; stderr merged (MXNet logs its step lines there); killed with this
+        # process however it dies, as core's workers are (left stopped, it would wait for a SIGCONT
+        # that never comes)
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         cwd=cwd, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-                                        start_new_session=True, preexec_fn=_killed_with_its_parent)
+                                        start_new_session=True, preexec_fn=die_with_parent)
         try:
             for _ in range(warmup):
                 self.last_line = self._next_step()
@@ -229,17 +233,6 @@ class ShippedSide:
         self.process.stdout.close()
         if self.scratch is not None:
             self.scratch.cleanup()
-
-
-def _killed_with_its_parent():
-    """In the child, before it runs the program: the kernel kills it when this process dies, however
-    it dies (a program left stopped would otherwise wait for a SIGCONT that never comes)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if hasattr(libc, "prctl"):  # Linux; elsewhere SIGTERM and Ctrl-C still unwind through close()
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def settled(block, steps):
