@@ -338,6 +338,29 @@ def test_a_lockstep_block_of_the_plugin_is_one_timing_loop_in_its_worker(testplu
     assert seconds == pytest.approx(sum(plugin.session.call_times[-3:]))
 
 
+def test_a_plugin_that_runs_loops_of_steps_takes_its_lockstep_blocks_in_whole_loops(testplugins_path, monkeypatch):
+    """A backend that runs 5 steps a call (as tpu_official's steps_per_loop): its warm-up and
+    blocks are whole calls, a block's images and seconds are its calls', and a block or warm-up
+    that is not whole calls is refused, not rounded."""
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    args = ["--plugin", "sleepy", "--option", "step_ms=10", "--option", "steps_per_call=5"]
+    plugin = lockstep.PluginSide(args, 2, warmup=5)
+    try:
+        images, seconds = plugin.block(10)
+        with pytest.raises(ValueError, match="not whole calls of 5"):
+            plugin.block(3)
+        record = plugin.record("test")
+    finally:
+        plugin.close()
+    assert len(plugin.session.call_times) == 1 + 2
+    assert images == 20 and seconds == pytest.approx(2 * 0.050, rel=0.25)
+    assert seconds == pytest.approx(sum(plugin.session.call_times[-2:]))
+    assert record["steps"]["warmup"] == 5 and record["steps"]["timed"] == 10
+    assert record["throughput"]["images_per_sec"] == pytest.approx(images / seconds)
+    with pytest.raises(SystemExit, match="runs 5 steps a call; a warm-up of 3 is not whole calls"):
+        lockstep.PluginSide(args, 2, warmup=3)
+
+
 def test_a_bare_loop_that_dies_in_lockstep_fails_its_case_with_its_own_words(tmp_path):
     script = tmp_path / "bare_dies.py"
     script.write_text("import sys\nsys.exit('no such framework here')\n")
@@ -530,6 +553,34 @@ def test_a_shipped_reference_takes_turns_stopped_between_its_blocks(tmp_path):
     assert side.process.poll() is not None and not Path(scratch.name).exists()
 
 
+SHIPPED_LOOPS = """
+import time
+for loop in range(1, 10**6):
+    for _ in range(5):
+        end = time.process_time() + 0.010
+        while time.process_time() < end:
+            pass
+    print(f"TimeHistory: 0.05 seconds, 100.0 examples/second between steps {5 * (loop - 1)} and {5 * loop}")
+"""
+
+
+def test_a_shipped_reference_that_logs_a_line_a_loop_takes_its_blocks_in_whole_loops(tmp_path):
+    """A program that prints one line a loop of 5 steps (the Model Garden with steps_per_loop):
+    a block of 10 steps waits for two of its lines, its seconds are theirs, and a block that is
+    not whole loops is refused."""
+    script = tmp_path / "shipped_loops.py"
+    script.write_text(SHIPPED_LOOPS)
+    side = lockstep.ShippedSide([sys.executable, str(script)], bench_reference.STEP_LINES["garden"], batch=4,
+                                warmup=1, steps_per_line=5)
+    try:
+        images, seconds = side.block(10)
+        with pytest.raises(ValueError, match="not whole lines of 5"):
+            side.block(5 + 1)
+    finally:
+        side.close()
+    assert images == 40 and seconds == pytest.approx(0.100, rel=0.3)
+
+
 def test_a_shipped_reference_that_dies_in_lockstep_fails_its_case_with_its_own_words(tmp_path):
     script = tmp_path / "shipped_dies.py"
     script.write_text("import sys\nprint('loading')\nsys.exit('no such framework here')\n")
@@ -550,29 +601,36 @@ def test_each_shipped_references_step_line_is_found_and_nothing_else(kind, line)
 
 def test_a_shipped_reference_in_lockstep_prints_a_line_a_step_as_it_ships(monkeypatch, tmp_path):
     """tf_cnn_benchmarks, train_imagenet.py and the Model Garden are started for their million
-    steps, a step line each, with what they need to run here; every case takes lockstep but tpu-bf16."""
+    steps, a step line each (a line a loop of 10 for tpu-bf16, whose warm-up is rounded up to a
+    whole loop), with what they need to run here."""
     started = []
-    monkeypatch.setattr(lockstep, "ShippedSide", lambda command, step_line, batch, warmup, cwd, env, scratch:
-                        started.append((command, cwd, env, Path(scratch.name), warmup)) or scratch)
+    monkeypatch.setattr(lockstep, "ShippedSide", lambda command, step_line, batch, warmup, cwd, env, scratch,
+                        steps_per_line: started.append((command, cwd, env, Path(scratch.name), warmup,
+                                                        steps_per_line)) or scratch)
     (tmp_path / "numpy_alias_shim_sitecustomize.py").write_text("# shim\n")
     options = bench_reference.argparse.Namespace(references=tmp_path, shipped_malloc="as-shipped",
                                                  shipped_onednn="as-shipped", warmup=3, lockstep=1,
                                                  garden_python="/garden/bin/python")
     seen = {"settings": {"allocator": "system"}}
-    for name in ("tfcnn-v1-fp32", "mxscript-v1-fp32", "tf-bf16"):
+    for name in ("tfcnn-v1-fp32", "mxscript-v1-fp32", "tf-bf16", "tpu-bf16"):
         _, kind, reference = bench_reference.CASES[name]
-        bench_reference.lockstep_reference(kind, reference, 32, options)(seen).cleanup()
-    (tf_cnn, tf_cwd, tf_env, _, tf_lines), (mx, mx_cwd, mx_env, mx_scratch, mx_lines), \
-        (garden, garden_cwd, _, garden_scratch, garden_lines) = started
-    # both sides' first block follows 3 steps: MXNet's batch 0 prints no line, so 2 more of its lines
-    assert (tf_lines, mx_lines, garden_lines) == (3, 2, 3)
+        warmup, _ = bench_reference.whole_loops(name, options.warmup, options.lockstep)
+        bench_reference.lockstep_reference(kind, reference, 32, options, warmup,
+                                           bench_reference.LOOP_STEPS.get(name, 1))(seen).cleanup()
+    (tf_cnn, tf_cwd, tf_env, _, tf_lines, _), (mx, mx_cwd, mx_env, mx_scratch, mx_lines, _), \
+        (garden, garden_cwd, _, garden_scratch, garden_lines, _), (loops, _, _, _, loop_lines, per_line) = started
+    # both sides' first block follows 3 steps: MXNet's batch 0 prints no line, so 2 more of its lines;
+    # tpu-bf16's follows one loop of 10, one line
+    assert (tf_lines, mx_lines, garden_lines, loop_lines) == (3, 2, 3, 1)
+    assert per_line == 10 and loops[loops.index("--steps_per_loop") + 1] == "10"
     assert {"--display_every=1", "--num_batches=1000000", "--num_warmup_batches=0", "--batch_size=32",
             "--model=resnet50"} <= set(tf_cnn) and tf_env == {"TF_USE_LEGACY_KERAS": "1"}
     assert mx[mx.index("--disp-batches") + 1] == "1" and mx[mx.index("--num-examples") + 1] == str(32 * 10**6)
     assert mx_cwd == tmp_path / "mxnet_image_classification" and mx_env["PYTHONPATH"] == str(mx_scratch)
     assert garden[0] == "/garden/bin/python" and Path(garden_cwd) == garden_scratch
     assert {"--log_steps=1", "--train_steps=1000000", "--dtype", "bf16", f"--model_dir={garden_scratch}"} <= set(garden)
-    assert [c for c in bench_reference.CASES if not bench_reference.in_lockstep(c, options)] == ["tpu-bf16"]
+    assert bench_reference.whole_loops("tpu-bf16", 3, 1, 12) == [10, 10, 20]
+    assert bench_reference.whole_loops("tf-bf16", 3, 1, 12) == [3, 1, 12]
 
 
 def test_beside_a_shipped_reference_the_plugins_worker_is_stopped_between_its_blocks(testplugins_path, monkeypatch):

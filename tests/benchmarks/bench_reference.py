@@ -46,9 +46,10 @@ round being one block of each, so the blocks of a pair are seconds apart, not th
 two fresh processes, and a VM whose speed drifts over tens of seconds moves both alike. A bare loop
 is asked for each block; a shipped reference runs as it ships, printing a line a step, and is
 stopped (SIGSTOP) after its block's last step line and continued (SIGCONT) for its next, its
-stopped time left out of its seconds. tpu-bf16 keeps its rounds (both sides run whole loops of 10
-steps). It compares the warm steady state; rounds of whole runs, the default, also hold each
-side's start-up and first steps.
+stopped time left out of its seconds. tpu-bf16's sides run whole loops of 10 steps (the plugin a
+loop a call, the Model Garden a line a loop): its warm-up and blocks are rounded up to whole loops.
+It compares the warm steady state; rounds of whole runs, the default, also hold each side's
+start-up and first steps.
 
     python tests/benchmarks/bench_reference.py --case torch-bf16 --batch-sizes 8 --lockstep 3 --rounds 30
     python tests/benchmarks/bench_reference.py --case tfcnn-v1-fp32 --batch-sizes 32 --lockstep 1 --rounds 4 --pairs 12
@@ -214,12 +215,12 @@ def garden_command(python, args, batch, train_steps, log_steps, model_dir):
             f"--batch_size={batch}", f"--train_steps={train_steps}", f"--log_steps={log_steps}", *args]
 
 
-def shipped_side(kind, reference, batch, options, seen):
+def shipped_side(kind, reference, batch, options, seen, warmup, loop=1):
     """A shipped reference in lockstep (``lockstep.ShippedSide``): as it ships (or with the
     plugin's malloc and oneDNN choice, as asked), started for more steps than any run asks for,
-    printing a line a step, in a scratch folder of its own. Its warm-up is --warmup steps, the ones
-    it runs before its first step line counted in (``UNPRINTED_STEPS``); at least one line, which
-    is where it can be stopped."""
+    printing a line a step (a line a loop of ``loop`` steps, where it runs loops), in a scratch
+    folder of its own. Its warm-up is ``warmup`` steps, the ones it runs before its first step
+    line counted in (``UNPRINTED_STEPS``); at least one line, which is where it can be stopped."""
     scratch = tempfile.TemporaryDirectory()
     env = shipped_environment(options, seen)
     cwd = scratch.name
@@ -233,21 +234,22 @@ def shipped_side(kind, reference, batch, options, seen):
         cwd = options.references / "mxnet_image_classification"
     else:
         command = garden_command(options.garden_python, reference, batch, LOCKSTEP_STEPS, 1, scratch.name)
-    lines = max(1, options.warmup - UNPRINTED_STEPS[kind])
-    return lockstep.ShippedSide(command, STEP_LINES[kind], batch, lines, cwd=cwd, env=env, scratch=scratch)
+    lines = max(1, -(-(warmup - UNPRINTED_STEPS[kind]) // loop))
+    return lockstep.ShippedSide(command, STEP_LINES[kind], batch, lines, cwd=cwd, env=env, scratch=scratch,
+                                steps_per_line=loop)
 
 
-def lockstep_reference(kind, reference, batch, options):
+def lockstep_reference(kind, reference, batch, options, warmup, loop=1):
     """How a case's reference side starts in lockstep: ``reference_side(seen)`` for ``lockstep.sides``."""
     if kind == "bare":
-        return lambda seen: lockstep.BareSide(reference, batch, options.warmup, seen["python"], bare_environment(seen))
-    return lambda seen: shipped_side(kind, reference, batch, options, seen)
+        return lambda seen: lockstep.BareSide(reference, batch, warmup, seen["python"], bare_environment(seen))
+    return lambda seen: shipped_side(kind, reference, batch, options, seen, warmup, loop)
 
 
-def in_lockstep(name, options):
-    """Whether a case runs in lockstep: asked for, and both sides can take turns a step at a time
-    (not tpu-bf16: its plugin and its reference run whole loops of 10 steps)."""
-    return options.lockstep is not None and name not in LOOP_STEPS
+def whole_loops(name, *steps):
+    """Steps rounded up to whole loops of a case whose both sides run or log whole loops only."""
+    loop = LOOP_STEPS.get(name, 1)
+    return [-(-n // loop) * loop for n in steps]
 
 
 def on_device(name, device):
@@ -266,10 +268,9 @@ def takes_device(name):
 
 def measure(name, batch, options):
     args, kind, reference = on_device(name, options.device)
-    if in_lockstep(name, options):
+    if options.lockstep is not None:
         return measure_lockstep(name, batch, options)
-    loop = LOOP_STEPS.get(name, 1)
-    warmup, timed = (-(-steps // loop) * loop for steps in (options.warmup, options.timed))
+    warmup, timed = whole_loops(name, options.warmup, options.timed)
     seen = {}
     shipped_env = lambda: shipped_environment(options, seen)  # noqa: E731
     runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed, shipped_env()),
@@ -296,27 +297,28 @@ def measure_lockstep(name, batch, options):
     one block of each. With ``--pairs`` over one, each pair of processes runs ``--rounds`` rounds
     and is one unit of the interval (``lockstep.in_pairs``)."""
     args, kind, reference = on_device(name, options.device)
-    seen, steps, label = {}, options.lockstep, f"{name} batch {batch}"
+    warmup, steps = whole_loops(name, options.warmup, options.lockstep)
+    seen, label = {}, f"{name} batch {batch}"
     started = time.strftime("%H:%M", time.gmtime())
-    reference_side = lockstep_reference(kind, reference, batch, options)
+    reference_side = lockstep_reference(kind, reference, batch, options, warmup, LOOP_STEPS.get(name, 1))
 
     def open_pair(bare_first=False):
         # beside a reference stopped between its blocks, the plugin's worker is stopped too
-        return lockstep.sides(args, reference_side, batch, options.warmup, seen, options.keep_records,
+        return lockstep.sides(args, reference_side, batch, warmup, seen, options.keep_records,
                               bare_first=bare_first, frozen=kind != "bare")
 
     if options.pairs > 1:
         looks = Looks(options.pairs, options.max_pairs, unit="pair")
         rate, units = lockstep.in_pairs(label, open_pair, steps, options.rounds, options.pairs,
                                         go_on=lambda units: looks.go_on(label, units))
-        block = f"{options.warmup} + {steps} a block, {options.rounds} rounds a pair"
+        block = f"{warmup} + {steps} a block, {options.rounds} rounds a pair"
     else:
         looks = Looks(options.rounds, options.max_rounds)
         with open_pair() as (plugin, bare):
             rate, units = alternate(label, {"accelbench": lockstep.settled(plugin.block, steps),
                                             "reference": lockstep.settled(bare.block, steps)},
                                     options.rounds, go_on=lambda rounds: looks.go_on(label, rounds))
-        block = f"{options.warmup} + {steps} a block"
+        block = f"{warmup} + {steps} a block"
     return summary(name, batch, seen, rate, units, looks, started, steps=block,
                    what=f"{WHAT[kind]} in lockstep")
 
@@ -568,7 +570,7 @@ def main():
     parser.add_argument("--lockstep", type=int, metavar="STEPS", help="run the cases in lockstep: the plugin's "
                         "worker and the reference both alive and warm, taking turns in blocks of STEPS steps (a "
                         "round is one block of each; a shipped reference stopped and continued by job control), "
-                        "so a machine whose speed drifts moves both alike; tpu-bf16 keeps its rounds")
+                        "so a machine whose speed drifts moves both alike; tpu-bf16's blocks and warm-up are whole loops of 10")
     parser.add_argument("--pairs", type=int, default=1, help="with --lockstep: open this many pairs of processes "
                         "a case, one after the other, each for --rounds rounds; a pair, not a round, is then the "
                         "unit of the interval (rounds of one pair share its processes' memory and thread "
@@ -609,7 +611,7 @@ def main():
     if options.device != "cpu" and not all(takes_device(c) for c in cases):
         parser.error(f"--device {options.device}: only the cases whose reference is a bare loop that takes a device "
                      f"run there ({', '.join(c for c in CASES if takes_device(c))})")
-    if options.timed % options.warmup and any(CASES[c][1] != "bare" and not in_lockstep(c, options) for c in cases):
+    if options.lockstep is None and options.timed % options.warmup and any(CASES[c][1] != "bare" for c in cases):
         parser.error("--timed must be a multiple of --warmup (the shipped references log per warm-up)")
     print(machine_header(), flush=True)
     results = []

@@ -91,12 +91,12 @@ class PluginSide:
             self.session = BackendSession(ref, config)
         except self.failure as exc:
             raise SystemExit(f"{plugin}: {exc}") from None
-        if self.session.prepared.steps_per_call != 1:
+        self.batch, self.frozen, self.loop = batch, frozen, self.session.prepared.steps_per_call
+        if warmup % self.loop:
             self.close()
-            raise SystemExit(f"{plugin}: lockstep takes one step a call; it runs "
-                             f"{self.session.prepared.steps_per_call}")
-        self.batch, self.warmup, self.frozen = batch, warmup, frozen
-        self._calls(warmup)
+            raise SystemExit(f"{plugin}: it runs {self.loop} steps a call; a warm-up of {warmup} is not whole calls")
+        self.warmup_calls = warmup // self.loop
+        self._calls(self.warmup_calls)
         self._freeze(signal.SIGSTOP)
 
     def _freeze(self, which):
@@ -113,17 +113,22 @@ class PluginSide:
             raise SystemExit(f"the plugin's worker failed: {exc}") from None
 
     def block(self, steps):
+        """``steps`` steps in whole calls (a backend that runs a loop of steps a call, as
+        ``tpu_official``'s ``steps_per_loop``, takes its blocks in whole loops)."""
+        if steps % self.loop:
+            raise ValueError(f"a block of {steps} steps is not whole calls of {self.loop}")
+        calls = steps // self.loop
         self._freeze(signal.SIGCONT)
-        self._calls(steps)
+        self._calls(calls)
         self._freeze(signal.SIGSTOP)
-        return self.batch * steps, sum(self.session.call_times[-steps:])
+        return self.batch * steps, sum(self.session.call_times[-calls:])
 
     def record(self, timed_by):
         """The record of every call after the warm-up (the warm-up's alone before any block)."""
-        timed = len(self.session.call_times) - self.warmup
+        timed = len(self.session.call_times) - self.warmup_calls
         if timed == 0:
-            return self.session.record(self.warmup, 0, f"{timed_by}, warm-up")
-        return self.session.record(timed, self.warmup, timed_by)
+            return self.session.record(self.warmup_calls, 0, f"{timed_by}, warm-up")
+        return self.session.record(timed, self.warmup_calls, timed_by)
 
     def close(self):
         self._freeze(signal.SIGCONT)  # a stopped worker would not hear its session end
@@ -171,8 +176,9 @@ class BareSide:
 
 class ShippedSide:
     """A shipped reference program, as it ships, in lockstep by job control. It runs its own loop
-    and prints a line per step (``step_line`` finds them); after ``warmup`` of them it is stopped,
-    and ``block(steps)`` continues it until that many more have come, then stops it again.
+    and prints a line per step, or per loop of ``steps_per_line`` steps (``step_line`` finds them);
+    after ``warmup`` of those lines it is stopped, and ``block(steps)`` continues it until that
+    many more steps' lines have come, then stops it again.
 
     A block's seconds are the time the program was let run between the step line that ended its
     previous block and the one that ends this block: from that line to the stop, plus from the
@@ -182,10 +188,11 @@ class ShippedSide:
     running time before the stop. ``scratch`` (a TemporaryDirectory the program works in) is
     removed when the side closes."""
 
-    def __init__(self, command, step_line, batch, warmup, cwd=None, env=None, scratch=None):
+    def __init__(self, command, step_line, batch, warmup, cwd=None, env=None, scratch=None, steps_per_line=1):
         from accelbench.worker import die_with_parent
 
         self.step_line, self.batch, self.scratch = step_line, batch, scratch
+        self.steps_per_line = steps_per_line
         self.tail = collections.deque(maxlen=40)  # its last lines, for the reason if it dies
         # its own session: the stop and continue reach every process it starts, and nothing of a
         # terminal's signals; stderr merged (MXNet logs its step lines there); killed with this
@@ -218,10 +225,12 @@ class ShippedSide:
         self.stopped_at = time.perf_counter()
 
     def block(self, steps):
+        if steps % self.steps_per_line:
+            raise ValueError(f"a block of {steps} steps is not whole lines of {self.steps_per_line}")
         ran_before_stop = self.stopped_at - self.last_line
         continued_at = time.perf_counter()
         self._signal(signal.SIGCONT)
-        for _ in range(steps):
+        for _ in range(steps // self.steps_per_line):
             self.last_line = self._next_step()
         self._stop()
         return self.batch * steps, ran_before_stop + (self.last_line - continued_at)

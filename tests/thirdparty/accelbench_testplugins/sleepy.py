@@ -7,7 +7,8 @@ Options: ``step_ms`` (default 20), ``noise`` (relative stdev of a seeded random 
 ``drift_per_s`` of itself per second of wall time since ``drift_origin``; ``slow_first``: the
 first N steps are slower, from 5 times as long down towards 1 (a framework's tracing, allocator
 growth and cache warm-up, which fade step by step); ``hold_mb``: memory the worker allocates and
-touches in prepare and holds to the end (a framework's weights and activations, for --huge-pages).
+touches in prepare and holds to the end (a framework's weights and activations, for --huge-pages);
+``steps_per_call``: each call runs that many steps (a host loop of steps, as ``tpu_official``'s).
 """
 
 import os
@@ -35,7 +36,8 @@ class Sleepy(accelbench.Backend):
                  "scale": "multiplies the step time", "drift_per_s": "step time growth per second",
                  "drift_origin": "Unix time the drift counts from",
                  "slow_first": "steps at the start that are slower, fading from 5x",
-                 "hold_mb": "MiB allocated and touched in prepare, held to the end"})
+                 "hold_mb": "MiB allocated and touched in prepare, held to the end",
+                 "steps_per_call": "steps each call runs (a host loop of steps)"})
 
     def prepare(self, config):
         self.step_s = config.options.get("step_ms", 20) / 1000 * config.options.get("scale", 1.0)
@@ -49,10 +51,16 @@ class Sleepy(accelbench.Backend):
         self.rng = random.Random(f"{config.seed}-{os.getpid()}")
         self.loss = 10.0
         self.held = bytearray(config.options.get("hold_mb", 0) << 20)  # zero-filled: every page touched
-        return accelbench.Prepared(device_name="test cpu", flops_per_image=1e9,
+        self.steps_per_call = config.options.get("steps_per_call", 1)
+        return accelbench.Prepared(device_name="test cpu", flops_per_image=1e9, steps_per_call=self.steps_per_call,
                                    settings={"step_s": self.step_s, "noise": self.noise})
 
     def step(self):
+        for _ in range(self.steps_per_call):
+            loss = self.one_step()
+        return loss
+
+    def one_step(self):
         jitter = self.rng.gauss(0, self.noise) if self.noise else 0.0
         slowdown = 1 + self.drift * (time.time() - self.origin)
         if self.slow_steps > 0:
