@@ -428,8 +428,8 @@ def test_pairs_alternate_which_side_starts_and_each_pair_is_one_unit(monkeypatch
     speeds = iter([(0.010, 0.020), (0.010, 0.025), (0.010, 0.022)])  # each pair's step seconds: plugin, bare
 
     @contextlib.contextmanager
-    def open_pair(bare_first):
-        opened.append(bare_first)
+    def open_pair(reference_first):
+        opened.append(reference_first)
         plugin_s, bare_s = next(speeds)
         yield FakeSide("accelbench", plugin_s, blocks), FakeSide("reference", bare_s, blocks)
 
@@ -456,7 +456,7 @@ def test_pairs_are_added_while_the_stop_rule_says_go_on(monkeypatch):
     monkeypatch.setattr(lockstep, "SETTLE_S", 0.0)
 
     @contextlib.contextmanager
-    def open_pair(bare_first):
+    def open_pair(reference_first):
         yield FakeSide("accelbench", 0.010, []), FakeSide("reference", 0.010, [])
 
     looked = []
@@ -465,7 +465,7 @@ def test_pairs_are_added_while_the_stop_rule_says_go_on(monkeypatch):
     assert len(units) == 4 and looked == [2, 3, 4]
 
 
-def test_a_pair_opened_bare_first_starts_its_bare_loop_before_the_worker(testplugins_path, tmp_path, monkeypatch):
+def test_a_pair_opened_reference_first_starts_its_bare_loop_before_the_worker(testplugins_path, tmp_path, monkeypatch):
     """The second pair of a real lockstep case: its bare loop comes up from what the first pair's
     record left in ``seen``, before the plugin's worker starts (each side's start noted as it
     begins)."""
@@ -480,9 +480,9 @@ def test_a_pair_opened_bare_first_starts_its_bare_loop_before_the_worker(testplu
         monkeypatch.setattr(cls, "__init__", noting)
     seen = {}
 
-    def open_pair(bare_first):
+    def open_pair(reference_first):
         return lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], spinning_bare_loop(script, 2, 1),
-                              2, 1, seen, bare_first=bare_first)
+                              2, 1, seen, reference_first=reference_first)
 
     with pytest.raises(KeyError):  # nothing seen yet: a first pair cannot open with its bare loop
         with open_pair(True):

@@ -302,10 +302,10 @@ def measure_lockstep(name, batch, options):
     started = time.strftime("%H:%M", time.gmtime())
     reference_side = lockstep_reference(kind, reference, batch, options, warmup, LOOP_STEPS.get(name, 1))
 
-    def open_pair(bare_first=False):
+    def open_pair(reference_first=False):
         # beside a reference stopped between its blocks, the plugin's worker is stopped too
         return lockstep.sides(args, reference_side, batch, warmup, seen, options.keep_records,
-                              bare_first=bare_first, frozen=kind != "bare")
+                              reference_first=reference_first, frozen=kind != "bare")
 
     if options.pairs > 1:
         looks = Looks(options.pairs, options.max_pairs, unit="pair")
@@ -314,9 +314,9 @@ def measure_lockstep(name, batch, options):
         block = f"{warmup} + {steps} a block, {options.rounds} rounds a pair"
     else:
         looks = Looks(options.rounds, options.max_rounds)
-        with open_pair() as (plugin, bare):
+        with open_pair() as (plugin, theirs):
             rate, units = alternate(label, {"accelbench": lockstep.settled(plugin.block, steps),
-                                            "reference": lockstep.settled(bare.block, steps)},
+                                            "reference": lockstep.settled(theirs.block, steps)},
                                     options.rounds, go_on=lambda rounds: looks.go_on(label, rounds))
         block = f"{warmup} + {steps} a block"
     return summary(name, batch, seen, rate, units, looks, started, steps=block,

@@ -254,23 +254,23 @@ def settled(block, steps):
 
 
 @contextlib.contextmanager
-def sides(args, reference_side, batch, warmup, seen, keep=None, bare_first=False, frozen=False):
+def sides(args, reference_side, batch, warmup, seen, keep=None, reference_first=False, frozen=False):
     """Both sides, warmed up one after the other (never beside each other); ``seen`` gets the
     plugin's record of its warm-up (FLOPs, peak, settings, Python), from which
     ``reference_side(seen)`` starts the reference's side (a ``BareSide`` or a ``ShippedSide``: its
     interpreter and environment may follow the plugin's). Yields (plugin side, reference side);
-    closes both after, the plugin's record of its blocks kept in ``keep`` if given. ``bare_first``:
+    closes both after, the plugin's record of its blocks kept in ``keep`` if given. ``reference_first``:
     the reference starts and warms up first, from what an earlier pair left in ``seen``.
     ``frozen``: the plugin's worker is stopped between its blocks (beside a ``ShippedSide``)."""
-    plugin = bare = None
+    plugin = reference = None
     try:
-        if bare_first:
-            bare = reference_side(seen)
+        if reference_first:
+            reference = reference_side(seen)
         plugin = PluginSide(args, batch, warmup, frozen)
         learn(plugin.record("bench_reference --lockstep"), seen)
-        if bare is None:
-            bare = reference_side(seen)
-        yield plugin, bare
+        if reference is None:
+            reference = reference_side(seen)
+        yield plugin, reference
         if keep is not None:
             from accelbench.records import write_results
 
@@ -278,15 +278,15 @@ def sides(args, reference_side, batch, warmup, seen, keep=None, bare_first=False
             # a results file as accelbench run writes one, validated against the schema
             write_results(kept(keep, f"lockstep-{stamp}.json"), [plugin.record("bench_reference --lockstep")])
     finally:
-        if bare is not None:
-            bare.close()
+        if reference is not None:
+            reference.close()
         if plugin is not None:
             plugin.close()
 
 
 def in_pairs(name, open_pair, steps, rounds, pairs, go_on=None):
     """Lockstep over process pairs: ``pairs`` pairs (more while ``go_on(units)`` says so, once they
-    have run), each opened by ``open_pair(bare_first)`` (``sides`` with all but that bound) and run
+    have run), each opened by ``open_pair(reference_first)`` (``sides`` with all but that bound) and run
     for ``rounds`` rounds of ``steps``-step blocks. The sides alternate from pair to pair in which
     starts first and which opens the blocks; every round keeps the ABBA order within its pair.
 
@@ -305,10 +305,11 @@ def in_pairs(name, open_pair, steps, rounds, pairs, go_on=None):
         return settled(run, steps)
 
     while len(units) < pairs or (go_on is not None and go_on(units)):
-        bare_first = len(units) % 2 == 1
-        with open_pair(bare_first) as (plugin, bare):
-            runners = {"accelbench": tallied("accelbench", plugin.block), "reference": tallied("reference", bare.block)}
-            if bare_first:
+        reference_first = len(units) % 2 == 1
+        with open_pair(reference_first) as (plugin, reference):
+            runners = {"accelbench": tallied("accelbench", plugin.block),
+                       "reference": tallied("reference", reference.block)}
+            if reference_first:
                 runners = dict(reversed(runners.items()))
             rate, _ = alternate(f"{name} pair {len(units) + 1}", runners, rounds)
         units.append({label: rate[label] for label in runners})
