@@ -124,8 +124,8 @@ CASES = {
     "jax-bf16": (["--plugin", "jax_flax", "--precision", "bf16"], "bare", ["bare_jax.py", "--precision", "bf16"]),
     "jax-fp32": (["--plugin", "jax_flax", "--precision", "fp32"], "bare", ["bare_jax.py", "--precision", "fp32"]),
 }
-#: steps per host loop of a case whose both sides log or time whole loops only: its warm-up and
-#: timed steps are rounded up to multiples of it
+#: steps per host loop of a case whose both sides log or time whole loops only: its warm-up, timed
+#: steps and lockstep blocks are rounded up to multiples of it (``whole_loops``)
 LOOP_STEPS = {"tpu-bf16": 10}
 #: the bare loops that run on a GPU too (``--device gpu``); the shipped references run on the CPU here
 DEVICE_LOOPS = {"bare_torch.py", "bare_jax.py"}
@@ -570,7 +570,8 @@ def main():
     parser.add_argument("--lockstep", type=int, metavar="STEPS", help="run the cases in lockstep: the plugin's "
                         "worker and the reference both alive and warm, taking turns in blocks of STEPS steps (a "
                         "round is one block of each; a shipped reference stopped and continued by job control), "
-                        "so a machine whose speed drifts moves both alike; tpu-bf16's blocks and warm-up are whole loops of 10")
+                        "so a machine whose speed drifts moves both alike; tpu-bf16's blocks and warm-up are "
+                        "whole loops of 10")
     parser.add_argument("--pairs", type=int, default=1, help="with --lockstep: open this many pairs of processes "
                         "a case, one after the other, each for --rounds rounds; a pair, not a round, is then the "
                         "unit of the interval (rounds of one pair share its processes' memory and thread "
