@@ -53,6 +53,14 @@ SETTLE_S = 0.25
 SESSION_TIMEOUT_S = 6 * 3600.0
 
 
+def whole(steps, per, unit):
+    """How many ``unit`` (calls, or step lines) of ``per`` steps a block of ``steps`` is; a block
+    that is not whole ones is refused, not rounded (its images would not be the steps it ran)."""
+    if steps % per:
+        raise ValueError(f"a block of {steps} steps is not whole {unit} of {per}")
+    return steps // per
+
+
 def run_config(args, batch):
     """The plugin and RunConfig of a case's ``accelbench run`` arguments (flag, value pairs)."""
     from accelbench.cli import _option
@@ -115,9 +123,7 @@ class PluginSide:
     def block(self, steps):
         """``steps`` steps in whole calls (a backend that runs a loop of steps a call, as
         ``tpu_official``'s ``steps_per_loop``, takes its blocks in whole loops)."""
-        if steps % self.loop:
-            raise ValueError(f"a block of {steps} steps is not whole calls of {self.loop}")
-        calls = steps // self.loop
+        calls = whole(steps, self.loop, "calls")
         self._freeze(signal.SIGCONT)
         self._calls(calls)
         self._freeze(signal.SIGSTOP)
@@ -225,12 +231,11 @@ class ShippedSide:
         self.stopped_at = time.perf_counter()
 
     def block(self, steps):
-        if steps % self.steps_per_line:
-            raise ValueError(f"a block of {steps} steps is not whole lines of {self.steps_per_line}")
+        lines = whole(steps, self.steps_per_line, "lines")
         ran_before_stop = self.stopped_at - self.last_line
         continued_at = time.perf_counter()
         self._signal(signal.SIGCONT)
-        for _ in range(steps // self.steps_per_line):
+        for _ in range(lines):
             self.last_line = self._next_step()
         self._stop()
         return self.batch * steps, ran_before_stop + (self.last_line - continued_at)
