@@ -14,8 +14,10 @@ from typing import Any
 
 import click
 
+from .config import parse_option
 from .errors import UsageError
 from .inputs import FINITE
+from .schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS
 from .training import TrainSpec  # its fields declare train's recipe options
 
 #: RunConfig fields ``run`` adds to the shared options (``worker`` has its own --workers)
@@ -121,9 +123,19 @@ def plugins() -> None:
 @field_options(RUN_ONLY_FIELDS)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
-@click.option("--schedule", "schedule_kind", type=click.Choice(["interleaved", "sequential"]), default="interleaved",
-              show_default=True, help="Trial order: rounds with every run once, order reversed every other "
-                                      "round (drift-robust, paired), or all trials of one run, then the next.")
+@click.option("--schedule", "schedule_kind", type=click.Choice(["lockstep", "interleaved", "sequential"]),
+              help="lockstep: warm workers take turns in blocks of steps, in pairs of processes (--trials "
+                   "pairs; the default when two or more single-worker runs are compared); interleaved: "
+                   "rounds of fresh processes, every run once, order reversed every other round; "
+                   "sequential: all trials of one run, then the next (default with one run).")
+@click.option("--blocks", type=click.IntRange(min=1, max=1000),
+              help=f"lockstep: rounds of blocks in each pair of processes (default {DEFAULT_BLOCKS}).")
+@click.option("--block-time", metavar="DURATION",
+              help=f"lockstep: how long a block runs, in whole steps (default {DEFAULT_BLOCK_S:g}s); "
+                   f"--time or --timed-steps instead give a side's timed phase per pair.")
+@click.option("--when-busy", type=click.Choice(["wait", "go"]),
+              help="lockstep: when other processes take over 10% of the CPUs, wait for quiet (default) "
+                   "or run on; either way no verdict rests on a busy block.")
 @click.option("--until-decided", metavar="TOLERANCE",
               help="Add rounds until every comparison is within/outside this tolerance, e.g. 3%.")
 @click.option("--until-halfwidth", metavar="FRACTION",
@@ -139,21 +151,25 @@ def plugins() -> None:
                    "added, e.g. 'framework==2.20.*,its-addon==2.20.*'; repeat for a version matrix.")
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
 @price_options
-def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, until_decided,
-        until_halfwidth, max_time, quiet, as_json, pythons, env_matrix, no_create_env, prices, price,
-        price_per_hour, epochs, **flags) -> None:
+def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, blocks, block_time,
+        when_busy, until_decided, until_halfwidth, max_time, quiet, as_json, pythons, env_matrix, no_create_env,
+        prices, price, price_per_hour, epochs, **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
     from . import cost, envs, inputs, runner
     from .console import ResultsTable
     from .schedule import UNTIL_TRIAL_TIME_S
 
     config = _run_config(config_file, flags, options)
-    schedule = _schedule(schedule_kind, config.trials, until_decided, until_halfwidth, max_time)
-    if schedule.until and config.time_s is None and config.timed_steps is None and config.workers == 1:
-        config = config.replace(time_s=UNTIL_TRIAL_TIME_S)
     refs = _selected(plugin_names, backend_names)
     plans = runner.plan(refs, config, _pythons(pythons), [envs.parse_requirements(e) for e in env_matrix])
-    if schedule.until and sum(p.precheck is None for p in plans) < 2:
+    runnable = sum(p.precheck is None for p in plans)
+    kind = schedule_kind or _default_schedule(runnable, config)
+    schedule = _schedule(kind, config, until_decided, until_halfwidth, max_time, blocks, block_time, when_busy)
+    if schedule.until and kind == "interleaved" and config.time_s is None and config.timed_steps is None \
+            and config.workers == 1:
+        plans = runner.plan(refs, config.replace(time_s=UNTIL_TRIAL_TIME_S), _pythons(pythons),
+                            [envs.parse_requirements(e) for e in env_matrix])
+    if schedule.until and runnable < 2:
         raise UsageError("--until-decided/--until-halfwidth compare runs: select at least two that can run here")
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
@@ -162,12 +178,20 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     view = _View(quiet=quiet, as_json=as_json)
     done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, kept,
                     create_envs=not no_create_env)
-    if schedule.until and view.tables:
-        _print_comparison(done, schedule.until.tolerance)
+    if (schedule.until or schedule.kind == "lockstep") and view.tables:
+        _print_comparison(done, schedule.until.tolerance if schedule.until else None)
 
 
-def _schedule(kind: str, trials: int, until_decided: str | None, until_halfwidth: str | None,
-              max_time: str | None):
+def _default_schedule(runnable: int, config) -> str:
+    """Lockstep whenever single-worker benchmark runs are compared; interleaved for multi-worker
+    and train runs (their phases are not blocks of steps) and for a single run."""
+    if runnable >= 2 and config.workers == 1 and config.mode != "train":
+        return "lockstep"
+    return "interleaved"
+
+
+def _schedule(kind: str, config, until_decided: str | None, until_halfwidth: str | None, max_time: str | None,
+              blocks: int | None = None, block_time: str | None = None, when_busy: str | None = None):
     from .schedule import Schedule, StopRule, parse_duration, parse_fraction
 
     if until_decided and until_halfwidth:
@@ -178,7 +202,22 @@ def _schedule(kind: str, trials: int, until_decided: str | None, until_halfwidth
     elif until_halfwidth:
         until = StopRule(half_width=parse_fraction(until_halfwidth, "--until-halfwidth"))
     budget = parse_duration(max_time, "--max-time") if max_time else None
-    return Schedule(kind=kind, rounds=trials, until=until, max_time_s=budget)
+    lockstep_flags = [name for name, given in (("--blocks", blocks), ("--block-time", block_time),
+                                               ("--when-busy", when_busy)) if given is not None]
+    if kind != "lockstep":
+        if lockstep_flags:
+            raise UsageError(f"{lockstep_flags[0]} is a lockstep setting: the schedule here is {kind}")
+        return Schedule(kind=kind, rounds=config.trials, until=until, max_time_s=budget)
+    if config.workers > 1:
+        raise UsageError("--schedule lockstep compares single-worker runs: give --schedule interleaved with --workers > 1")
+    if config.mode == "train":
+        raise UsageError("--schedule lockstep times blocks of steps: train mode runs epochs (give --schedule interleaved)")
+    if block_time is not None and (config.time_s is not None or config.timed_steps is not None):
+        raise UsageError("give one of --block-time and --time/--timed-steps (which lockstep splits into its blocks)")
+    block_s = parse_duration(block_time, "--block-time") if block_time else (
+        config.time_s / (blocks or DEFAULT_BLOCKS) if config.time_s is not None else DEFAULT_BLOCK_S)
+    return Schedule(kind=kind, rounds=config.trials, until=until, max_time_s=budget, blocks=blocks or DEFAULT_BLOCKS,
+                    block_s=block_s, when_busy=when_busy or "wait", adapt_blocks=until is not None and blocks is None)
 
 
 def _print_comparison(done: list[dict[str, Any]], tolerance: float | None) -> None:
@@ -226,7 +265,7 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
     """Run the plans, pricing the records and rewriting the results file after every trial (so an
     interruption keeps every finished one) after the ``kept`` records it held; print ``table``;
     exit 1 when a run failed."""
-    from . import cost, records, runner
+    from . import cost, lockstep, records, runner
     from .console import run_observer
 
     done: list[dict[str, Any]] = []
@@ -234,14 +273,15 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
     def keep(snapshot: list[dict[str, Any]]) -> None:
         for record in snapshot:
             cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
-        records.write_results(path, [*kept, *snapshot])
+        records.write_results(path, [*kept, *snapshot], command=["accelbench", *sys.argv[1:]])
         done[:] = snapshot
 
     total = None if schedule and schedule.until else sum(p.config.trials for p in plans)
     observer = run_observer(total, view.quiet, view.live_stream)
+    executor = lockstep.execute if schedule and schedule.kind == "lockstep" else runner.execute
     try:
         with observer:
-            runner.execute(plans, keep, observer, schedule, create_envs)
+            executor(plans, keep, observer, schedule, create_envs)
     except KeyboardInterrupt as stop:
         saved = f"kept {len(done)} finished record(s), with every finished trial, in {path}" if done else \
             "no trial had finished, nothing written"
@@ -411,22 +451,29 @@ def validate(files: tuple[str, ...]) -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True)
 @click.option("--tolerance", help="Equivalence bound, e.g. 3%: verdict within / outside / undecided.")
+@click.option("--margin", help="Non-inferiority margin, e.g. 2%: is A at least B? verdict ahead / not behind / "
+                               "behind / undecided.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def compare(files: tuple[str, ...], tolerance: str | None, as_json: bool) -> None:
+def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, as_json: bool) -> None:
     """Pair runs by config and report throughput ratios with 95% intervals.
 
-    Exit code: 0 all within (or no tolerance given), 1 some outside, 3 some undecided.
+    Exit code: 0 all within, ahead or not behind (or no bound given), 1 some outside or behind,
+    3 some undecided.
     """
     from . import compare as comparing
+    from .schedule import parse_fraction
 
+    if tolerance and margin:
+        raise UsageError("give one of --tolerance and --margin")
     bound = comparing.parse_tolerance(tolerance) if tolerance else None
-    results = comparing.compare(comparing.load_runs(list(files)), bound)
+    behind = parse_fraction(margin, "--margin") if margin else None
+    results = comparing.compare(comparing.load_runs(list(files)), bound, margin=behind)
     if as_json:
-        click.echo(comparing.to_json(results, bound))
+        click.echo(comparing.to_json(results, bound, behind))
     else:
         from .console import ComparisonTable
 
-        ComparisonTable(results, bound).print()
+        ComparisonTable(results, bound, behind).print()
     sys.exit(comparing.exit_code(results))
 
 
@@ -545,7 +592,7 @@ def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[s
     if isinstance(data.get("batch_sizes"), str):
         data["batch_sizes"] = _int_list(data["batch_sizes"], "--batch-sizes")
     if options:
-        data["options"] = {**data.get("options", {}), **dict(map(_option, options))}
+        data["options"] = {**data.get("options", {}), **dict(map(parse_option, options))}
     return RunConfig.from_dict(data)
 
 
@@ -554,16 +601,6 @@ def _int_list(text: str, flag: str) -> list[int]:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"{flag} must be comma-separated integers, got {text!r}") from None
-
-
-def _option(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise UsageError(f"--option must be KEY=VALUE, got {text!r}")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...], training: bool = False):

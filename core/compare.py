@@ -6,12 +6,18 @@ Two analyses, and the output says which one it used:
 - **paired**, when both records come from one interleaved run (same ``schedule.run_id``): the
   trials of one round ran next to each other, so the per-round ratios cancel the machine's drift;
   the interval is a t-interval on their logarithms (``accelbench.stats.paired_ratio``).
+- **pairs of processes**, when both come from one lockstep run: each pair's processes took turns
+  in blocks; the pair's ratio is one sample, and the t-interval is over the pairs' log-ratios. A
+  comparison resting on a block in which other processes took more than ``busy.BUSY_SHARE`` of
+  the machine is ``undecided``, with a note naming the load: a busy machine never gives a verdict.
 - **unpaired**, otherwise: a percentile bootstrap over each side's trials (or, with one trial,
   over its timed steps). Such an interval sees no run-to-run variation, so a comparison resting on
   one trial (or one round) per side is never ``within`` or ``outside``: it is ``undecided``.
 
 - ``within``: the whole interval lies inside [1 - t, 1 + t]
 - ``outside``: the whole interval lies outside it
+- with a ``margin`` instead (non-inferiority, "is A at least B, within 2%?"): ``ahead`` (the whole
+  interval above 1), ``not behind`` (above 1 - margin), ``behind`` (below it), else ``undecided``
 - ``undecided``: the interval straddles a bound; we estimate how many more samples (trials,
   or timed steps when each side has one trial) would likely decide it, as the interval's
   half-width shrinks with the square root of the sample count
@@ -21,21 +27,23 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import stats, validation
+from . import busy, stats, validation
 from .errors import UsageError
 from .records import read_json
 from .schedule import StopRule, parse_fraction
 from .stats import BOOTSTRAP_RESAMPLES
 
-EXIT_CODES = {"within": 0, "outside": 1, "undecided": 3}
+EXIT_CODES = {"within": 0, "outside": 1, "undecided": 3, "ahead": 0, "not behind": 0, "behind": 1}
 PAIRED_ANALYSIS = "paired rounds (t-interval on log-ratios, order effect removed)"
+LOCKSTEP_ANALYSIS = "lockstep pairs of processes (t-interval on the pairs' log-ratios, order effect removed)"
+PAIRED_KINDS = ("interleaved", "lockstep")
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,14 @@ class Comparison:
     analysis: str = ""
     #: the interval rests on one round or one trial per side: nothing can be decided from it
     single_sample: bool = False
+    #: the confidence of ``ci95`` (0.95, or an ``until`` run's last look's)
+    confidence: float = 0.95
+    #: A/B of each round or pair, in order (paired analyses only)
+    per_unit: list[float] = field(default_factory=list)
+    #: the verdict was withheld because the machine was busy during the run (what it was, in words)
+    busy: str = ""
+    #: lockstep: the indices into ``per_unit`` of the pairs with a busy counted block
+    busy_units: list[int] = field(default_factory=list)
 
 
 def parse_tolerance(text: str) -> float:
@@ -107,8 +123,8 @@ def config_key(record: dict[str, Any]) -> str:
             f"batch {record['batch']['global']} {record['image_size']}px{mode}")
 
 
-def compare(runs: list[Run], tolerance: float | None, seed: int = 0) -> list[Comparison]:
-    results = comparisons(runs, tolerance, seed)
+def compare(runs: list[Run], tolerance: float | None, seed: int = 0, margin: float | None = None) -> list[Comparison]:
+    results = comparisons(runs, tolerance, seed, margin=margin)
     if not results:
         raise UsageError("no two ok runs share a config (model, variant, precision, device, batch, image size)")
     return results
@@ -120,14 +136,42 @@ def runs_of(records: list[dict[str, Any]]) -> list[Run]:
 
 
 def comparisons(runs: list[Run], tolerance: float | None, seed: int = 0,
-                confidence: float = 0.95) -> list[Comparison]:
+                confidence: float | None = None, margin: float | None = None) -> list[Comparison]:
     """Every pair of runs that share a config (none is fine). ``confidence`` is that of the
-    intervals (their field is still named ``ci95``: 95% but for ``until`` runs' looks)."""
+    intervals (their field is still named ``ci95``); None: 95%, or, for two records of one
+    ``until`` run, the confidence of that run's last look, so that ``compare`` says what the run
+    said when it stopped."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(config_key(run.record), []).append(run)
-    return [_compare_pair(a, b, key, tolerance, seed, confidence)
-            for key, members in groups.items() for a, b in combinations(members, 2)]
+    results = [_compare_pair(a, b, key, tolerance, seed, confidence)
+               for key, members in groups.items() for a, b in combinations(members, 2)]
+    if margin is not None:
+        for result in results:
+            _judge_margin(result, margin)
+    return results
+
+
+def margin_verdict(ci: tuple[float, float], margin: float) -> str:
+    """Where A/B's interval stands against "A at least B", within ``margin``: ``ahead`` (wholly
+    above 1), ``not behind`` (wholly above 1 - margin), ``behind`` (wholly below it), else
+    ``undecided`` (and always without an interval)."""
+    low, high = ci
+    if low >= high:
+        return "undecided"
+    if low > 1:
+        return "ahead"
+    if low >= 1 - margin:
+        return "not behind"
+    return "behind" if high < 1 - margin else "undecided"
+
+
+def _judge_margin(result: Comparison, margin: float) -> None:
+    result.verdict = margin_verdict(result.ci95, margin)
+    if result.single_sample:
+        result.verdict = "undecided"
+    if result.busy:
+        result.verdict, result.note = "undecided", f"verdict withheld: {result.busy}"
 
 
 def decided(records: list[dict[str, Any]], rule: StopRule, look: int) -> str:
@@ -142,7 +186,7 @@ def decided(records: list[dict[str, Any]], rule: StopRule, look: int) -> str:
         return "decided: " + "; ".join(f"{r.a} / {r.b} {r.verdict} ±{rule.tolerance:.1%} "
                                        f"(ratio {r.ratio:.3f}, {at}: {r.ci95[0]:.3f}–{r.ci95[1]:.3f})"
                                        for r in results)
-    if rule.half_width is not None and all(not r.single_sample and relative_half_width(r) <= rule.half_width
+    if rule.half_width is not None and all(not r.single_sample and not r.busy and relative_half_width(r) <= rule.half_width
                                            for r in results):
         return "precise: " + "; ".join(f"{r.a} / {r.b} ratio {r.ratio:.3f} ±{relative_half_width(r):.2%} "
                                        f"({at})" for r in results)
@@ -155,43 +199,94 @@ def relative_half_width(result: Comparison) -> float:
 
 
 def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
-                  confidence: float = 0.95) -> Comparison:
+                  confidence: float | None = None) -> Comparison:
     paired = _paired_rates(a.record, b.record)
+    lockstep = bool(paired) and a.record["schedule"]["kind"] == "lockstep"
+    if confidence is None:
+        confidence = a.record["schedule"].get("confidence", 0.95) if paired else 0.95
+    per_unit: list[float] = []
     if paired:
         estimate = stats.paired_ratio(*paired, confidence=confidence)
-        point, ci, count, unit = estimate.ratio, estimate.ci95, estimate.samples, "rounds"
-        samples, analysis = f"{count} paired rounds", PAIRED_ANALYSIS
+        point, ci, count = estimate.ratio, estimate.ci95, estimate.samples
+        unit = "pairs" if lockstep else "rounds"
+        samples = f"{count} pairs (lockstep)" if lockstep else f"{count} paired rounds"
+        analysis = LOCKSTEP_ANALYSIS if lockstep else PAIRED_ANALYSIS
+        per_unit = [x / y for x, y in zip(paired[0], paired[1])]
     else:
         point, ci, count, unit, samples = _unpaired(a.record, b.record, seed, confidence)
         analysis = f"unpaired bootstrap over {unit}"
     result = Comparison(a.label, b.label, key, a.record["throughput"]["images_per_sec"],
-                        b.record["throughput"]["images_per_sec"], point, ci, samples, analysis=analysis)
+                        b.record["throughput"]["images_per_sec"], point, ci, samples, analysis=analysis,
+                        confidence=confidence, per_unit=per_unit)
     single = (count < 2) if paired else (unit != "trials")
     result.single_sample = single
+    if lockstep:
+        result.busy = busy_note(a, b)
+        busy = busy_pairs(a.record) | busy_pairs(b.record)
+        result.busy_units = [i for i, pair in enumerate(common_rounds(a.record, b.record)) if pair in busy]
     if tolerance is not None:
         result.verdict, result.note = verdict(point, ci, tolerance, count, unit)
         if single:  # more of the same would not help: the interval lacks run-to-run variation
             result.verdict = "undecided"
-            result.note = ("one round: no interval exists yet; run --trials >= 3" if paired else
+            result.note = (f"one {unit[:-1]}: no interval exists yet; run --trials >= 3" if paired else
                            "one trial per side: its interval covers step-to-step noise only, not run-to-run "
                            "variation; run both in one invocation with --trials >= 3 (paired rounds)")
+        if result.busy:  # a verdict a busy machine could have changed is never given
+            result.verdict, result.note = "undecided", f"verdict withheld: {result.busy}"
     elif single and not paired:
         result.note = "interval covers step-to-step noise only: use --trials >= 3 for run-to-run variation"
+    elif result.busy:
+        result.note = result.busy
     return result
+
+
+def busy_pairs(record: dict[str, Any]) -> set[int]:
+    """The pairs (rounds) of a lockstep record with a counted block its run called busy."""
+    limit = record["schedule"].get("lockstep", {}).get("busy_share", busy.BUSY_SHARE)
+    return {t["round"] for t in record["trials"] if t["status"] == "ok" for b in t.get("blocks", [])
+            if b["counted"] and b["foreign_share"] is not None and b["foreign_share"] > limit}
+
+
+def busy_note(a: Run, b: Run) -> str:
+    """Why the machine was too busy to compare these lockstep runs, or "" when it was quiet: a
+    counted block of either side in which other processes took more than the run's busy share."""
+    limit = a.record["schedule"].get("lockstep", {}).get("busy_share", busy.BUSY_SHARE)
+    blocks = {run.label: _counted_blocks(run.record) for run in (a, b)}
+    if not any(share > limit for found in blocks.values() for share, _ in found):
+        return ""
+    (first, found_a), (second, found_b) = blocks.items()
+    return (f"the machine was busy: {_weighted_share(found_a):.0%} of CPU time went to other processes during "
+            f"{first}'s blocks, {_weighted_share(found_b):.0%} during {second}'s")
+
+
+def _counted_blocks(record: dict[str, Any]) -> list[tuple[float, float]]:
+    """(foreign share, seconds) of every counted block of the record's ok trials."""
+    return [(block["foreign_share"], block["seconds"]) for trial in record["trials"] if trial["status"] == "ok"
+            for block in trial.get("blocks", []) if block["counted"] and block["foreign_share"] is not None]
+
+
+def _weighted_share(blocks: list[tuple[float, float]]) -> float:
+    seconds = sum(s for _, s in blocks)
+    return sum(share * s for share, s in blocks) / seconds if seconds else 0.0
 
 
 def _paired_rates(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[float], list[float], list[bool]] | None:
     """Per-round images/sec of both sides, and whether A ran first in each round, when they were
     interleaved in one run; else None."""
     sa, sb = a.get("schedule"), b.get("schedule")
-    if not (sa and sb and sa["run_id"] == sb["run_id"] and sa["kind"] == sb["kind"] == "interleaved"):
+    if not (sa and sb and sa["run_id"] == sb["run_id"] and sa["kind"] == sb["kind"] and sa["kind"] in PAIRED_KINDS):
         return None
     rounds_a, rounds_b = _trials_by_round(a), _trials_by_round(b)
-    common = sorted(set(rounds_a) & set(rounds_b))
+    common = common_rounds(a, b)
     if not common:
         return None
     return ([rounds_a[r]["images_per_sec"] for r in common], [rounds_b[r]["images_per_sec"] for r in common],
             [rounds_a[r]["started_utc"] < rounds_b[r]["started_utc"] for r in common])
+
+
+def common_rounds(a: dict[str, Any], b: dict[str, Any]) -> list[int]:
+    """The rounds (or pairs) in which both records have an ok trial, in order: the paired samples."""
+    return sorted(set(_trials_by_round(a)) & set(_trials_by_round(b)))
 
 
 def _trials_by_round(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -244,12 +339,13 @@ def verdict(point: float, ci: tuple[float, float], tolerance: float, samples: in
 
 def exit_code(results: list[Comparison]) -> int:
     verdicts = {r.verdict for r in results}
-    if "outside" in verdicts:
+    if verdicts & {"outside", "behind"}:
         return EXIT_CODES["outside"]
     if "undecided" in verdicts:
         return EXIT_CODES["undecided"]
     return 0
 
 
-def to_json(results: list[Comparison], tolerance: float | None) -> str:
-    return json.dumps({"tolerance": tolerance, "comparisons": [asdict(r) for r in results]}, indent=1)
+def to_json(results: list[Comparison], tolerance: float | None, margin: float | None = None) -> str:
+    return json.dumps({"tolerance": tolerance, "margin": margin, "comparisons": [asdict(r) for r in results]},
+                      indent=1)

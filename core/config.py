@@ -161,6 +161,17 @@ def timed_phase(config: RunConfig) -> dict[str, Any]:
             "warmup": config.warmup or ("stable" if time_s is not None else "fixed")}
 
 
+def parse_option(text: str) -> tuple[str, Any]:
+    """``--option KEY=VALUE``: the value as JSON where it is JSON (numbers, booleans), else the text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--option must be KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a JSON or TOML config file into a dict (not yet validated)."""
     path = Path(path)

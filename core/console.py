@@ -7,6 +7,7 @@ import time
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -16,6 +17,24 @@ COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "
            "95% CI", "step median", "CV", "GFLOP/s", "of peak")
 NUMERIC_COLUMNS = set(COLUMNS[5:])
 STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable": "yellow", "skipped": "yellow"}
+
+
+def console(stderr: bool = False) -> Console:
+    """A console for accelbench's output, emoji codes off. Not a terminal: 180 columns, since an
+    80-column default would cut the figures in a file or CI log."""
+    return Console(width=None if sys.stdout.isatty() else 180, emoji=False, stderr=stderr)
+
+
+def plain(*parts: str | tuple[str, str]) -> Text:
+    """Text that prints as written in any console: names, reasons and warnings come from plugins,
+    and a ``Text`` is never read as markup (``[bold]``) or emoji codes (a backend ``b`` of a plugin
+    ``abdrift`` would print ``abdrift:b:`` as an emoji). A part may be (text, style)."""
+    return Text.assemble(*parts)
+
+
+def _status(record: dict[str, Any]) -> Text:
+    reason = f"\n{record['reason'][:120]}" if record["reason"] else ""
+    return plain((record["status"], STATUS_STYLE[record["status"]]), reason)
 
 
 class RunProgress(RunObserver):
@@ -28,7 +47,7 @@ class RunProgress(RunObserver):
 
     def __init__(self, total_trials: int | None):
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                                  TimeElapsedColumn(), console=console(stderr=True), transient=True,
                                   auto_refresh=False)
         self._overall = self._progress.add_task("trials", total=total_trials)
         self._steps = self._progress.add_task("", total=None, visible=False)
@@ -44,7 +63,7 @@ class RunProgress(RunObserver):
         self.progress(backend_id, trial, "starting", 0, None)
 
     def progress(self, backend_id: str, trial: int, phase: str, done: int, total: int | None) -> None:
-        self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
+        self._progress.update(self._steps, description=plain(f"{backend_id} trial {trial + 1} {phase}"),
                               completed=done, total=total, visible=True, refresh=True)
 
     def finished(self, record: dict) -> None:
@@ -109,17 +128,24 @@ class ResultsTable:
     def __init__(self, records: list[dict[str, Any]]):
         self.records = records
 
-    def print(self, console: Console | None = None) -> None:
-        # an 80-column default would truncate the figures when output goes to a file or CI log
-        console = console or Console(width=None if sys.stdout.isatty() else 180)
-        console.print(self.table())
+    def print(self, out: Console | None = None) -> None:
+        out = out or console()
+        out.print(self.table())
         for r in self.records:
             for warning in r["warnings"]:
-                console.print(f"[yellow]warning[/] {r['plugin']['name']}:{r['backend']['name']}: {warning}",
-                              highlight=False)
+                out.print(plain(("warning", "yellow"), f" {backend_label(r)}: {warning}"))
+
+    def title(self) -> str:
+        """The table's title, with the schedule that paired its runs (lockstep, P pairs)."""
+        schedules = {(s["kind"], s["rounds"]) for r in self.records if (s := r.get("schedule"))}
+        if len(schedules) != 1:
+            return "accelbench results"
+        kind, rounds = schedules.pop()
+        unit = "pair" if kind == "lockstep" else "round"
+        return f"accelbench results ({kind}, {rounds} {unit}{'s' if rounds != 1 else ''})"
 
     def table(self) -> Table:
-        table = Table(title="accelbench results")
+        table = Table(title=self.title())
         for column in COLUMNS:
             table.add_column(column, justify="right" if column in NUMERIC_COLUMNS else "left")
         for record in self.records:
@@ -128,16 +154,13 @@ class ResultsTable:
 
     @staticmethod
     def _row(r: dict[str, Any]) -> list[str]:
-        status = f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]"
-        if r["reason"]:
-            status += f"\n{r['reason'][:120]}"
         tp, st, fl = r["throughput"], r["step_time"], r["flops"]
         added = r["environment"].get("worker", {}).get("added")
         return [
-            f"{r['plugin']['name']}:{r['backend']['name']}" + (f"\n[{', '.join(added)}]" if added else ""), status,
-            f"{r['device']['kind']}x{r['device']['count']} {r['device']['name']}".strip()
-            + (f" ×{r['distributed']['workers']} workers" if r.get("distributed") else ""),
-            r["precision"], model_label(r),
+            plain(backend_label(r) + (f"\n[{', '.join(added)}]" if added else "")), _status(r),
+            plain(f"{r['device']['kind']}x{r['device']['count']} {r['device']['name']}".strip()
+                  + (f" ×{r['distributed']['workers']} workers" if r.get("distributed") else "")),
+            plain(r["precision"]), plain(model_label(r)),
             f"{r['batch']['global']}/{r['batch']['per_device']}",
             f"{tp['images_per_sec']:.2f}" if tp else "-",
             f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
@@ -146,6 +169,10 @@ class ResultsTable:
             f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl["achieved_per_s"] else "-",
             f"{fl['utilisation']:.0%}" if fl and fl.get("utilisation") is not None else "-",
         ]
+
+
+def backend_label(record: dict[str, Any]) -> str:
+    return f"{record['plugin']['name']}:{record['backend']['name']}"
 
 
 def model_label(record: dict[str, Any]) -> str:
@@ -168,9 +195,8 @@ class TrainingTable(ResultsTable):
 
     @staticmethod
     def _training_row(r: dict[str, Any]) -> list[str]:
-        status = f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]" + (f"\n{r['reason'][:120]}" if r["reason"] else "")
         t = r.get("training")
-        head = [f"{r['plugin']['name']}:{r['backend']['name']}", status, r["precision"], model_label(r),
+        head = [plain(backend_label(r)), _status(r), plain(r["precision"]), plain(model_label(r)),
                 str(r["batch"]["global"])]
         if not t:
             return head + ["-"] * 6
@@ -186,32 +212,52 @@ class TrainingTable(ResultsTable):
         ]
 
 
-VERDICT_STYLE = {"within": "green", "outside": "red", "undecided": "yellow", None: "white"}
+VERDICT_STYLE = {"within": "green", "outside": "red", "undecided": "yellow", "ahead": "green", "not behind": "green",
+                 "behind": "red", None: "white"}
 
 
 class ComparisonTable:
-    def __init__(self, results: list, tolerance: float | None):
-        self.results, self.tolerance = results, tolerance
+    def __init__(self, results: list, tolerance: float | None, margin: float | None = None):
+        self.results, self.tolerance, self.margin = results, tolerance, margin
 
-    def print(self, console: Console | None = None) -> None:
-        console = console or Console(width=None if sys.stdout.isatty() else 180)
-        bound = f" (tolerance ±{self.tolerance:.1%})" if self.tolerance else ""
+    def print(self, out: Console | None = None) -> None:
+        out = out or console()
+        bound = (f" (tolerance ±{self.tolerance:.1%})" if self.tolerance else
+                 f" (margin {self.margin:.1%}: is A at least B?)" if self.margin else "")
         table = Table(title=f"accelbench comparison: A / B images/sec{bound}")
-        for column in ("A", "B", "config", "A img/s", "B img/s", "ratio", "95% CI", "verdict", "samples",
+        levels = {r.confidence for r in self.results}
+        interval = _interval_header(self.results)
+        for column in ("A", "B", "config", "A img/s", "B img/s", "ratio", interval, "verdict", "samples",
                        "analysis", "note"):
-            table.add_column(column, justify="right" if column in ("A img/s", "B img/s", "ratio", "95% CI") else "left")
+            table.add_column(column, justify="right" if column in ("A img/s", "B img/s", "ratio", interval) else "left")
         for r in self.results:
-            table.add_row(r.a, r.b, r.config, f"{r.a_images_per_sec:.2f}", f"{r.b_images_per_sec:.2f}",
-                          f"{r.ratio:.3f}", f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}",
-                          f"[{VERDICT_STYLE[r.verdict]}]{r.verdict or '-'}[/]", r.samples, r.analysis, r.note)
-        console.print(table)
+            level = "" if len(levels) <= 1 else f" ({r.confidence:.2%})"
+            table.add_row(plain(r.a), plain(r.b), plain(r.config), f"{r.a_images_per_sec:.2f}",
+                          f"{r.b_images_per_sec:.2f}", f"{r.ratio:.3f}", f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}{level}",
+                          plain((r.verdict or "-", VERDICT_STYLE[r.verdict])), r.samples, r.analysis, plain(r.note))
+        out.print(table)
+        for r in self.results:
+            if r.per_unit:
+                unit = "pair" if "pairs" in r.samples else "round"
+                out.print(plain(f"{r.a} / {r.b} by {unit}: " + " ".join(f"{x:.3f}" for x in r.per_unit)))
+
+
+def _interval_header(results: list) -> str:
+    """The interval column's name: with its confidence when every row shares one (an ``until``
+    run's last look spends less than 5% of error, so its intervals are wider than 95%)."""
+    levels = {r.confidence for r in results}
+    return f"{_percent(levels.pop())} CI" if len(levels) == 1 else "CI"
+
+
+def _percent(confidence: float) -> str:
+    return f"{confidence:.0%}" if round(confidence, 2) == confidence else f"{confidence:.2%}"
 
 
 class PeakTable:
     """``accelbench peak``: one line per measurement as it ends, the table at the end."""
 
-    def __init__(self, console: Console | None = None):
-        self.console = console or Console(width=None if sys.stdout.isatty() else 180)
+    def __init__(self, out: Console | None = None):
+        self.console = out or console()
         self.rows: list = []
 
     def __enter__(self) -> "PeakTable":
@@ -220,7 +266,7 @@ class PeakTable:
     def add(self, outcome) -> None:
         self.rows.append(outcome)
         figure = f"{outcome.measurement.flops_per_s / 1e9:.1f} GFLOP/s" if outcome.measurement else outcome.reason
-        self.console.print(f"{outcome.backend_id} {outcome.precision}: {figure}", highlight=False)
+        self.console.print(plain(f"{outcome.backend_id} {outcome.precision}: {figure}"))
 
     def __exit__(self, *exc: Any) -> None:
         if exc[0] is not None or not self.rows:
@@ -230,7 +276,7 @@ class PeakTable:
             table.add_column(column, justify="right" if column == "GFLOP/s" else "left")
         for o in self.rows:
             m = o.measurement
-            table.add_row(f"{o.framework} {m.framework_version if m else ''}".strip(), o.precision,
-                          f"[{STATUS_STYLE.get(o.status, 'white')}]{o.status}[/]", m.device_name if m else "",
-                          f"{m.flops_per_s / 1e9:.1f}" if m else "", "; ".join(o.warnings) if m else o.reason)
+            table.add_row(plain(f"{o.framework} {m.framework_version if m else ''}".strip()), plain(o.precision),
+                          plain((o.status, STATUS_STYLE.get(o.status, "white"))), plain(m.device_name if m else ""),
+                          f"{m.flops_per_s / 1e9:.1f}" if m else "", plain("; ".join(o.warnings) if m else o.reason))
         self.console.print(table)

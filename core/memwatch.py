@@ -28,7 +28,7 @@ def tree_rss_mb(pid: int) -> float | None:
                 return None
             continue
         total += rss
-        pending.extend(_children(current))
+        pending.extend(children(current))
     return total / 1024
 
 
@@ -43,7 +43,8 @@ def _rss_kb(pid: int) -> int | None:
     return 0  # a zombie has no VmRSS line
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The processes ``pid``'s threads started (Linux ``/proc``; none where unreadable)."""
     found = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")

@@ -40,10 +40,12 @@ class TrialOutcome:
     final: dict[str, Any] | None = None
     #: train mode: the epoch loop's result
     training: TrainingResult | None = None
-    #: the schedule's round this trial ran in, and when it started and ended (UTC)
+    #: the schedule's round this trial ran in (a lockstep run's pair), and when it started and ended (UTC)
     round: int | None = None
     started_utc: str | None = None
     ended_utc: str | None = None
+    #: a lockstep trial's blocks (``accelbench.lockstep.Block``), counted or not
+    blocks: list[Any] | None = None
 
 
 @dataclass
@@ -143,12 +145,16 @@ class TrialRow:
     started_utc: str | None = omitted_while_none()
     ended_utc: str | None = omitted_while_none()
     process: ProcessUsage | None = omitted_while_none()
+    #: lockstep: every block of this trial's process, with the machine's foreign load during it
+    blocks: list[Any] | None = omitted_while_none()
 
     @classmethod
     def of(cls, index: int, outcome: TrialOutcome, batch: int) -> TrialRow:
         """``batch`` images per step, as the trial's process timed them."""
         when = {"round": outcome.round, "started_utc": outcome.started_utc, "ended_utc": outcome.ended_utc}
         timing = outcome.timing
+        if outcome.blocks is not None:
+            when["blocks"] = outcome.blocks
         if not timing:
             return cls(index, outcome.status, outcome.reason, None, None, None, [], [], **when)
         images = batch * timing.timed_steps
@@ -413,15 +419,19 @@ def check_all(records: list[dict[str, Any]]) -> None:
         check(record)
 
 
-def results_document(records: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"schema_version": validation.RESULT_SCHEMA_VERSION, "created_utc": utc_now(), "records": records}
+def results_document(records: list[dict[str, Any]], command: list[str] | None = None) -> dict[str, Any]:
+    document = {"schema_version": validation.RESULT_SCHEMA_VERSION, "created_utc": utc_now(), "records": records}
+    if command:
+        document["command"] = list(command)
+    return document
 
 
-def write_results(path: Path, records: list[dict[str, Any]]) -> None:
-    """Validate every record, then write atomically (temp file in the same folder + rename)."""
+def write_results(path: Path, records: list[dict[str, Any]], command: list[str] | None = None) -> None:
+    """Validate every record, then write atomically (temp file in the same folder + rename);
+    ``command``: the command line that wrote it, kept in the file."""
     for record in records:
         check(record)
-    document = results_document(records)
+    document = results_document(records, command)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -25,6 +25,7 @@ DOLLARS_PNG = "images_per_dollar.png"
 ACCURACY_PNG = "accuracy_vs_epoch.png"
 ROUNDS_PNG = "images_per_sec_by_round.png"
 COMPARE_PNG = "comparisons.png"
+PAIRS_PNG = "lockstep_pairs.png"
 REFERENCE_MARKERS = ("*", "P", "X", "D", "s", "^")
 #: the equivalence bound of the report's comparison section (``accelbench report --tolerance``)
 DEFAULT_TOLERANCE = 0.03
@@ -202,6 +203,38 @@ def comparison_figure(results: list, tolerance: float):
     return fig
 
 
+def pairs_figure(results: list):
+    """A forest plot by pair for each lockstep comparison: every pair's ratio (red where a block of
+    the pair was busy), and above them the interval over the pairs."""
+    plt = _pyplot()
+
+    rows = sum(len(r.per_unit) + 2 for r in results)
+    fig, ax = plt.subplots(figsize=(8, 0.28 * rows + 1.6))
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    y, labels, marked = 0, [], False
+    for result in results:
+        busy = set(result.busy_units)
+        ax.errorbar([result.ratio], [y], xerr=[[result.ratio - result.ci95[0]], [result.ci95[1] - result.ratio]],
+                    fmt="D", color="tab:blue", capsize=4)
+        labels.append((y, f"{result.a} / {result.b} ({result.confidence:.0%} CI)"))
+        for pair, ratio in enumerate(result.per_unit):
+            y += 1
+            shown_busy = pair in busy
+            ax.plot([ratio], [y], "x" if shown_busy else "o", color="tab:red" if shown_busy else "tab:gray",
+                    label="a pair with a busy block" if shown_busy and not marked else None)
+            marked = marked or shown_busy
+            labels.append((y, f"pair {pair + 1}"))
+        y += 2
+    ax.set_yticks([p for p, _ in labels], [text for _, text in labels], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("images/sec ratio A / B by pair, and over the pairs")
+    ax.set_title("Lockstep comparisons by pair")
+    if marked:
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[cost.Price],
           explicit: cost.Price | None = None, epochs: int = cost.DEFAULT_EPOCHS,
           include_reference: bool = True, tolerance: float = DEFAULT_TOLERANCE) -> Path:
@@ -231,11 +264,14 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
     comparisons = compare.comparisons(compare.runs_of(priced), tolerance)
     if comparisons:
         figures.append((COMPARE_PNG, comparison_figure(comparisons, tolerance)))
+    by_pair = [c for c in comparisons if c.analysis == compare.LOCKSTEP_ANALYSIS]
+    if by_pair:
+        figures.append((PAIRS_PNG, pairs_figure(by_pair)))
     plt = _pyplot()
     for name, fig in figures:
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
-    page = _page(priced, groups, comparisons, tolerance, reference, catalogue, epochs)
+    page = _page(priced, groups, comparisons, tolerance, reference, catalogue, epochs, bool(by_pair))
     target = out / "index.html"
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".index.", suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
@@ -250,7 +286,8 @@ def _figure_name(workload_index: int, name: str) -> str:
 
 
 def _page(records: list[dict[str, Any]], groups: dict[str, list[dict[str, Any]]], comparisons: list,
-          tolerance: float, reference: dict[str, Any] | None, catalogue: list[cost.Price], epochs: int) -> str:
+          tolerance: float, reference: dict[str, Any] | None, catalogue: list[cost.Price], epochs: int,
+          by_pair: bool = False) -> str:
     sections = "\n".join(_workload_section(index, label, members, epochs)
                          for index, (label, members) in enumerate(groups.items()))
     study = _study_section(reference, catalogue, epochs) if reference else ""
@@ -269,6 +306,7 @@ every step. Cost of {epochs} epochs uses the ImageNet epoch of {cost.IMAGENET_EP
 shaded yellow carry a warning (a high step-time CV, drift, an emulated precision): read their figures with it.
 Published 2018 figures are drawn as black hollow markers and hatched bars, never as one of your runs.</p>
 {_comparison_section(comparisons, tolerance)}
+{_pairs_section() if by_pair else ""}
 {sections}
 {drift}
 {convergence}
@@ -303,6 +341,12 @@ def _comparison_section(comparisons: list, tolerance: float) -> str:
 decides it.</p><img src="{COMPARE_PNG}" alt="ratio of each pair with its 95% interval">
 <table><tr><th>A</th><th>B</th><th>config</th><th>ratio A/B</th><th>95% CI</th><th>verdict</th><th>samples</th>
 <th>analysis</th><th>note</th></tr>{rows}</table>"""
+
+
+def _pairs_section() -> str:
+    return f"""<h3>Lockstep comparisons by pair</h3><p>Each pair of processes is one sample of the ratio; a
+pair drawn as a red cross had a block in which other processes took more than the run's busy share of
+the CPUs, and a comparison resting on one gives no verdict.</p><img src="{PAIRS_PNG}" alt="ratio of each pair">"""
 
 
 def _machine(r: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import allocators, datasets, environment, envs, memwatch, netns, records
+from . import allocators, datasets, environment, envs, memwatch, netns, records, stats
 from .config import RunConfig
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
@@ -270,7 +270,7 @@ def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
     """
     schedule = schedule or Schedule(rounds=max((p.config.trials for p in plans), default=1))
     observer = observer or RunObserver()
-    run = _ScheduledRun(plans, schedule, create_envs)
+    run = ScheduledRun(plans, schedule, create_envs)
     for round_index, index in run.slots():
         ctx = run.contexts[index]
         observer.started(ctx.ref.id, len(ctx.outcomes), round_index)
@@ -283,8 +283,9 @@ def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
     return final
 
 
-class _ScheduledRun:
-    """The state of one invocation's plans while the schedule walks them."""
+class ScheduledRun:
+    """The state of one invocation's plans while the schedule walks them (``lockstep.LockstepRun``
+    walks pairs of processes with the same state)."""
 
     def __init__(self, plans: list[Plan], schedule: Schedule, create_envs: bool = True):
         self.schedule, self.plans, self.create_envs = schedule, plans, create_envs
@@ -297,6 +298,9 @@ class _ScheduledRun:
                 self.finished[index] = True
         self.run_id, self.started = uuid.uuid4().hex, time.monotonic()
         self.rounds_run, self.stop_reason, self.looks = 0, "", 0
+        #: the confidence of the intervals at the last look (``until``), which the records keep so
+        #: that ``compare`` reads them as the run did
+        self.confidence = 0.95
         #: plan index -> the Python its workers run (None: the host's), once made
         self.pythons: dict[int, str | None] = {}
 
@@ -338,6 +342,7 @@ class _ScheduledRun:
         from . import compare
 
         self.looks += 1
+        self.confidence = stats.sequential_confidence(self.looks)
         decision = compare.decided(list(self.records().values()), rule, self.looks)
         if decision:
             self.stop_reason = decision
@@ -385,19 +390,20 @@ class _ScheduledRun:
                 continue
             if ctx.distributed is not None:
                 ctx.distributed["baseline_images_per_sec"] = baselines.get(_baseline_key(ctx.ref, ctx.config))
-            ctx.schedule = self._schedule_block(index) if len(self.plans) > 1 or self.schedule.until else None
+            ctx.schedule = self.schedule_block(index) if len(self.plans) > 1 or self.schedule.until else None
             record = build(ctx)
             if record["throughput"] and ctx.config.workers == 1:
                 baselines[_baseline_key(ctx.ref, ctx.config)] = record["throughput"]["images_per_sec"]
             built[index] = record
         return built
 
-    def _schedule_block(self, index: int) -> dict[str, Any]:
+    def schedule_block(self, index: int) -> dict[str, Any]:
         rule = self.schedule.until
         return {"kind": self.schedule.kind, "run_id": self.run_id, "rounds": self.rounds_run,
                 "plans": len(self.plans), "position": index,
                 "stop_rule": rule.describe() if rule else None, "max_time_s": self.schedule.time_budget_s,
-                "elapsed_s": time.monotonic() - self.started, "stop_reason": self.stop_reason or "running"}
+                "elapsed_s": time.monotonic() - self.started, "stop_reason": self.stop_reason or "running",
+                "looks": self.looks, "confidence": self.confidence}
 
 
 def _baseline_key(ref: BackendRef, config: RunConfig) -> str:

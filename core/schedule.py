@@ -6,8 +6,11 @@ interleaved schedule runs trials in *rounds*, every plan once per round, and rev
 every other round (A B | B A | A B ...): ABBA counterbalancing, so a linear drift lands equally on
 every plan over each pair of rounds, and the trials of one round, adjacent in time, can be paired.
 
-``until``: keep adding rounds until every comparison the run makes is decided against a tolerance
-(or its interval is as narrow as asked), or the time budget is spent.
+The lockstep schedule (``accelbench.lockstep``) keeps every side warm and alternates blocks of
+steps within pairs of processes; its ``rounds`` are pairs.
+
+``until``: keep adding rounds (or pairs) until every comparison the run makes is decided against a
+tolerance (or its interval is as narrow as asked), or the time budget is spent.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from typing import Iterator
 
 from .errors import UsageError
 
-KINDS = ("interleaved", "sequential")
+KINDS = ("lockstep", "interleaved", "sequential")
+WHEN_BUSY = ("wait", "go")
+#: lockstep: rounds of blocks in each pair of processes, and the seconds a block aims at. Six
+#: rounds of 2 s blocks time 12 s of each side per pair: on the 2-core VMs a pair's start-up and
+#: warm-up take 30-60 s, and the pairs' spread (process to process, 1-3%) dominates the blocks'
+#: (see ``stats.blocks_per_pair`` for the rule that trades them).
+DEFAULT_BLOCKS = 6
+DEFAULT_BLOCK_S = 2.0
 #: a comparison needs at least two paired rounds before an interval exists
 MIN_DECIDING_ROUNDS = 2
 #: rounds of an ``until`` run when no time budget stops it first
@@ -51,14 +61,26 @@ class Schedule:
     #: rounds (trials per plan); with ``until``, the rounds before the first decision is tried
     rounds: int = 1
     until: StopRule | None = None
-    #: no trial starts after this many seconds of the run (None: no limit)
+    #: no trial (or pair) starts after this many seconds of the run (None: no limit)
     max_time_s: float | None = None
+    #: lockstep: rounds of blocks per pair, the seconds a block aims at, and what a busy machine does
+    blocks: int = DEFAULT_BLOCKS
+    block_s: float = DEFAULT_BLOCK_S
+    when_busy: str = "wait"
+    #: lockstep: re-choose the rounds of blocks per pair from the pairs so far (``stats.blocks_per_pair``)
+    adapt_blocks: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"--schedule must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.until and self.kind != "interleaved":
-            raise UsageError("--until-decided/--until-halfwidth need the interleaved schedule (paired rounds)")
+        if self.until and self.kind == "sequential":
+            raise UsageError("--until-decided/--until-halfwidth need paired trials: --schedule lockstep or interleaved")
+        if self.when_busy not in WHEN_BUSY:
+            raise UsageError(f"--when-busy must be one of {', '.join(WHEN_BUSY)}, got {self.when_busy!r}")
+        if self.blocks < 1:
+            raise UsageError(f"--blocks must be at least 1, got {self.blocks}")
+        if not (math.isfinite(self.block_s) and 0 < self.block_s <= 3600):
+            raise UsageError(f"--block-time must be between 0 and 1 hour, got {self.block_s:g} s")
 
     @property
     def time_budget_s(self) -> float | None:

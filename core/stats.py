@@ -5,7 +5,8 @@
 - cv = stdev / mean of step times; above ``CV_WARNING`` the record carries a warning
 - 95% CI for images/sec: percentile bootstrap; over trials when there are several (each trial
   is an independent process), else over the steps of the single trial
-- paired ratio of two runs interleaved in rounds: t-interval on the per-round log-ratios
+- paired ratio of two runs interleaved in rounds (or lockstep pairs): t-interval on the log-ratios
+- lockstep's blocks per pair: the two-stage sampling optimum from the within- and between-pair variances
 - trend: slope of a run's images/sec over its rounds, tested against zero (drift diagnostic)
 """
 
@@ -112,6 +113,55 @@ def paired_ratio(a_rates: Sequence[float], b_rates: Sequence[float],
 
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, dof)) * se
     return RatioEstimate(math.exp(center), (math.exp(center - half), math.exp(center + half)), n)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How a lockstep run should spend its time, from what its pairs so far measured."""
+
+    blocks: int
+    #: variance of one round's log-ratio (one block of each side), within a pair
+    within: float
+    #: variance of a pair's log-ratio that no number of blocks removes (process to process)
+    between: float
+    startup_s: float
+    round_s: float
+
+    def describe(self) -> str:
+        return (f"{self.blocks} rounds of blocks a pair: within-pair sd {math.sqrt(self.within):.2%} a round, "
+                f"between-pair sd {math.sqrt(self.between):.2%}, {self.startup_s:.0f} s to open a pair, "
+                f"{self.round_s:.1f} s a round")
+
+
+#: bounds of the rounds of blocks a pair is given: two for the ABBA order, and few enough that a
+#: pair still ends within minutes on a slow side
+MIN_BLOCKS, MAX_BLOCKS = 2, 40
+
+
+def blocks_per_pair(round_logs: Sequence[Sequence[float]], startup_s: float, round_s: float) -> Allocation | None:
+    """The rounds of blocks per pair that narrow the interval fastest per second of machine time.
+
+    A pair costs ``startup_s`` (start, prepare and warm up every side) plus ``b`` rounds of
+    ``round_s``; its log-ratio varies as ``between + within / b``: the process-level part no block
+    removes, and the rounds' part, averaged over ``b`` rounds. In a fixed time ``T`` the pairs
+    number ``T / (startup_s + b round_s)``, so the variance of their mean is proportional to
+    ``(between + within / b) (startup_s + b round_s)``, least at ``b = sqrt(within startup_s /
+    (between round_s))`` (the optimum of two-stage sampling). ``round_logs`` holds each pair's
+    per-round log-ratios; ``within`` is their pooled variance about each pair's mean, ``between``
+    the variance of the pairs' means less ``within / b``. None with fewer than 3 pairs, or too
+    few rounds to say."""
+    pairs = [np.asarray(logs, float) for logs in round_logs if len(logs) >= 2]
+    if len(pairs) < 3 or startup_s <= 0 or round_s <= 0:
+        return None
+    dof = sum(p.size - 1 for p in pairs)
+    within = float(sum(((p - p.mean()) ** 2).sum() for p in pairs)) / dof
+    rounds = float(np.mean([p.size for p in pairs]))
+    between = max(0.0, float(np.var([p.mean() for p in pairs], ddof=1)) - within / rounds)
+    if between == 0.0:
+        best = MAX_BLOCKS  # no process-level spread seen: longer pairs cost nothing in precision
+    else:
+        best = round(math.sqrt(within * startup_s / (between * round_s)))
+    return Allocation(min(MAX_BLOCKS, max(MIN_BLOCKS, best)), within, between, startup_s, round_s)
 
 
 def sequential_confidence(look: int, error: float = 0.05) -> float:

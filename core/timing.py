@@ -117,7 +117,7 @@ def run_timed(step: Callable[[], float | None], plan: TimingPlan,
               progress: Callable[[str, int, int], None] | None = None) -> Timing:
     """Warm up, then time calls of ``step`` as ``plan`` says; per-step times and the region's wall time."""
     report = _throttled(progress)
-    warmup_calls, warmup_rule = _warm_up(step, plan, report)
+    warmup_calls, warmup_rule = warm_up(step, plan, report)
     usage_before = ProcessUsage.now()
     marks = [time.perf_counter()]
     losses: list[float | None] = []
@@ -144,7 +144,8 @@ def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bo
     return done < MIN_TIMED_CALLS or now < deadline
 
 
-def _warm_up(step: Callable[[], float | None], plan: TimingPlan, report) -> tuple[int, str]:
+def warm_up(step: Callable[[], float | None], plan: TimingPlan,
+            report: Callable[[str, int, int | None], None] = lambda *_: None) -> tuple[int, str]:
     """Run the warm-up; return the calls it took and why it ended."""
     steps = lambda calls: calls * plan.steps_per_call  # noqa: E731
     if not plan.stable_warmup or plan.warmup_calls == 0:

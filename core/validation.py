@@ -9,14 +9,16 @@ from typing import Any
 
 from .errors import UsageError
 
-RESULT_SCHEMA_VERSION = "1.8.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
+RESULT_SCHEMA_VERSION = "1.9.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
 #                                  1.3: interleaved schedule (schedule, trial round/times, trend);
 #                                  1.4: model, variant, precision, device kind and engine are any
 #                                  identifier a plugin declares (were closed lists);
 #                                  1.5: distributed.network (loopback-only namespace or not);
 #                                  1.6: trials' process usage (CPU user/system, page faults);
 #                                  1.7: environment.memory_returned_to_host (VM free page reporting);
-#                                  1.8: trials' process.anon_huge_pages_bytes (transparent huge pages)
+#                                  1.8: trials' process.anon_huge_pages_bytes (transparent huge pages);
+#                                  1.9: lockstep schedule (trials' blocks with the machine's foreign
+#                                  load, schedule.lockstep), schedule.looks and .confidence
 
 
 @cache

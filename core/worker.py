@@ -3,8 +3,9 @@
 The host sends commands over a pipe; the worker answers each with ``("ok", payload)`` or
 ``("error", kind, message)``, and may send ``("progress", phase, done, total)`` meanwhile.
 
-Commands: ``check``, ``prepare``, ``run`` (the timing loop), ``step`` (one synced step, for
-pytest-benchmark), ``teardown``, ``serve`` (a distributed engine's service role), ``exit``; train
+Commands: ``check``, ``prepare``, ``run`` (the timing loop), ``step`` (one synced step, or a
+block of them, for pytest-benchmark and lockstep), ``warm_up`` (the config's warm-up alone, before
+lockstep's blocks), ``teardown``, ``serve`` (a distributed engine's service role), ``exit``; train
 mode adds ``prepare_training``, ``train`` (core's epoch loop), ``write_dataset``, ``read_dataset``.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 from . import allocators, datasets, training
 from .backend import Backend, Prepared
 from .config import RunConfig
-from .timing import TimingPlan, run_timed
+from .timing import TimingPlan, run_timed, warm_up
 
 
 def apply_process_settings(config: RunConfig) -> None:
@@ -109,6 +110,8 @@ class _Session:
         if command == "run":
             plan = TimingPlan.from_config(self.config, self.steps_per_call)
             return run_timed(self.backend.step, plan, progress=self._progress)
+        if command == "warm_up":  # lockstep: the config's warm-up rule, its blocks come as "step"
+            return warm_up(self.backend.step, TimingPlan.from_config(self.config, self.steps_per_call))
         if command == "step":  # calls (one unless given) through the same timing loop: the pipe not timed
             calls = args[0] if args else 1
             return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call))

@@ -172,8 +172,11 @@ def start_with_a_hang(testplugins_path, tmp_path) -> tuple[subprocess.Popen, Pat
     out = tmp_path / "r.json"
     (tmp_path / "tmp").mkdir()  # the workers' logs go to the host's temp folder
     env = dict(os.environ, PYTHONPATH=str(testplugins_path), TMPDIR=str(tmp_path / "tmp"))
+    # interleaved trials: the sleepy trial finishes (a record is written) before the hanging one
+    # starts, where lockstep would open both in one pair
     host = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--backend", "sleepy:fixed-time",
-                             "--backend", "misbehaving:hangs", "--warmup-steps", "1", "--timed-steps", "3",
+                             "--backend", "misbehaving:hangs", "--schedule", "interleaved",
+                             "--warmup-steps", "1", "--timed-steps", "3",
                              "--timeout", "120", "-o", str(out)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_interrupt_as_from_a_terminal)

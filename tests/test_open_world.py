@@ -217,8 +217,8 @@ def test_an_env_matrix_gives_one_record_per_version_and_compare_pairs_them(toy_c
     old, new = load_records(tmp_path / "r.json")
     assert (old["framework"]["version"], new["framework"]["version"]) == ("1.16.0", "1.17.0")
     assert old["environment"]["worker"]["added"] == ["six==1.16.0"]
-    assert old["schedule"]["run_id"] == new["schedule"]["run_id"]  # interleaved rounds: paired
+    assert old["schedule"]["run_id"] == new["schedule"]["run_id"]  # one lockstep run: paired by pair
     compared = toy_cli("compare", str(tmp_path / "r.json"), "--json")
     [pair] = json.loads(compared.stdout)["comparisons"]
     assert {pair["a"], pair["b"]} == {"pinned:pinned [six==1.16.0]", "pinned:pinned [six==1.17.0]"}
-    assert pair["samples"] == "3 paired rounds"
+    assert pair["samples"] == "3 pairs (lockstep)"

@@ -29,9 +29,12 @@ def _testplugins_on_path(testplugins_path, monkeypatch):
 
 
 def twin_run(accelbench_cli, tmp_path, *args, name="run.json"):
-    """Run the fixed-time backend and its twin in one invocation; their records and the CLI result."""
+    """Run the fixed-time backend and its twin in one invocation, in interleaved rounds unless
+    ``args`` name another schedule (lockstep, the default for two runs, has tests of its own in
+    test_lockstep.py); their records and the CLI result."""
     out = tmp_path / name
-    result = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *FAST, *args, "-o", str(out))
+    schedule = () if "--schedule" in args else ("--schedule", "interleaved")
+    result = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *FAST, *schedule, *args, "-o", str(out))
     assert result.returncode == 0, result.stderr
     return load_records(out), result
 
@@ -204,7 +207,7 @@ def test_cli_compare_reads_the_pairing_from_one_file(accelbench_cli, tmp_path):
     (("--until-decided", "3 percent"), "--until-decided must be like 3% or 0.03"),
     (("--until-decided", "0%"), "--until-decided must be between 0 and 100%"),
     (("--until-decided", "3%", "--until-halfwidth", "1%"), "give one of --until-decided and --until-halfwidth"),
-    (("--until-decided", "3%", "--schedule", "sequential"), "need the interleaved schedule"),
+    (("--until-decided", "3%", "--schedule", "sequential"), "need paired trials: --schedule lockstep or interleaved"),
     (("--max-time", "soon"), "--max-time must be a duration like 300, 90s, 5m or 1h"),
     (("--max-time", "0"), "--max-time must be more than 0 seconds"),
 ])

@@ -148,17 +148,11 @@ def paired(per_round, a, b, confidence=0.95):
 
 def bar_verdict(ci):
     """Where an interval of the ratio plugin / reference stands against the bar "at least the
-    reference", with the benchmarks' margin (``MIN_RATIO``): "ahead" (it lies above 1), "not
-    behind" (above ``MIN_RATIO``: the bar met within the margin), "behind" (below ``MIN_RATIO``:
-    the bar missed), else "undecided" (and always without an interval)."""
-    low, high = ci
-    if low >= high:
-        return "undecided"
-    if low > 1:
-        return "ahead"
-    if low >= MIN_RATIO:
-        return "not behind"
-    return "behind" if high < MIN_RATIO else "undecided"
+    reference", with the benchmarks' margin (``MIN_RATIO``): core's non-inferiority verdict
+    (``accelbench compare --margin``): ahead, not behind, behind or undecided."""
+    from accelbench.compare import margin_verdict
+
+    return margin_verdict(ci, 1 - MIN_RATIO)
 
 
 def more_rounds(ratio, ci, rounds):

@@ -63,15 +63,14 @@ def whole(steps, per, unit):
 
 def run_config(args, batch):
     """The plugin and RunConfig of a case's ``accelbench run`` arguments (flag, value pairs)."""
-    from accelbench.cli import _option
-    from accelbench.config import RunConfig
+    from accelbench.config import RunConfig, parse_option
 
     fields, options, plugin = {"global_batch": batch, "timeout_s": SESSION_TIMEOUT_S}, {}, None
     for flag, value in zip(args[::2], args[1::2]):
         if flag == "--plugin":
             plugin = value
         elif flag == "--option":
-            options.update([_option(value)])
+            options.update([parse_option(value)])
         elif flag in ("--precision", "--variant", "--device"):
             fields[flag.removeprefix("--")] = value
         else:

@@ -9,8 +9,17 @@ first N steps are slower, from 5 times as long down towards 1 (a framework's tra
 growth and cache warm-up, which fade step by step); ``hold_mb``: memory the worker allocates and
 touches in prepare and holds to the end (a framework's weights and activations, for --huge-pages);
 ``steps_per_call``: each call runs that many steps (a host loop of steps, as ``tpu_official``'s).
+``wave`` with ``wave_period_s``: a machine whose speed swings, the step time multiplied by
+``1 + wave * sin(2 pi t / period)`` (t from ``drift_origin``): a neighbour's load coming and going
+on the scale of seconds. ``prepare_s``: prepare takes that long (imports, model build, compilation).
+A subclass may name an option of its own that multiplies its step time (``own_scale``) or makes
+its process exit abruptly after that many steps (``own_exit``), or that creates a file when it
+reaches a step (``own_flag``: options ``<own_flag>_file`` and ``<own_flag>_at``, a signal to a
+process outside the run, which can then load the machine in the middle of a block), so one of two otherwise equal
+backends in one invocation can differ.
 """
 
+import math
 import os
 import random
 import time
@@ -27,6 +36,10 @@ def spin(seconds: float) -> None:
 class Sleepy(accelbench.Backend):
     #: an option that multiplies this backend's step time on top of ``scale`` (None: none)
     own_scale = None
+    #: an option: the process exits (code 3) after this many steps, warm-up included (None: none)
+    own_exit = None
+    #: the prefix of two options: create the file ``<prefix>_file`` on reaching step ``<prefix>_at``
+    own_flag = None
     info = accelbench.BackendInfo(
         name="fixed-time", framework="none", requires=(), models=("resnet50",),
         variants={"resnet50": ("v1", "v1.5")},
@@ -37,7 +50,9 @@ class Sleepy(accelbench.Backend):
                  "drift_origin": "Unix time the drift counts from",
                  "slow_first": "steps at the start that are slower, fading from 5x",
                  "hold_mb": "MiB allocated and touched in prepare, held to the end",
-                 "steps_per_call": "steps each call runs (a host loop of steps)"})
+                 "steps_per_call": "steps each call runs (a host loop of steps)",
+                 "wave": "relative amplitude of a swinging machine speed",
+                 "wave_period_s": "period of that swing, seconds", "prepare_s": "seconds prepare takes"})
 
     def prepare(self, config):
         self.step_s = config.options.get("step_ms", 20) / 1000 * config.options.get("scale", 1.0)
@@ -52,6 +67,12 @@ class Sleepy(accelbench.Backend):
         self.loss = 10.0
         self.held = bytearray(config.options.get("hold_mb", 0) << 20)  # zero-filled: every page touched
         self.steps_per_call = config.options.get("steps_per_call", 1)
+        self.exit_after = config.options.get(self.own_exit) if self.own_exit else None
+        self.flag = ((config.options.get(f"{self.own_flag}_file"), config.options.get(f"{self.own_flag}_at"))
+                     if self.own_flag else (None, None))
+        self.steps_run = 0
+        self.wave, self.period = config.options.get("wave", 0.0), config.options.get("wave_period_s", 1.0)
+        time.sleep(config.options.get("prepare_s", 0.0))
         return accelbench.Prepared(device_name="test cpu", flops_per_image=1e9, steps_per_call=self.steps_per_call,
                                    settings={"step_s": self.step_s, "noise": self.noise})
 
@@ -61,8 +82,14 @@ class Sleepy(accelbench.Backend):
         return loss
 
     def one_step(self):
+        self.steps_run += 1
+        if self.exit_after is not None and self.steps_run > self.exit_after:
+            os._exit(3)
+        if self.flag[0] and self.steps_run == self.flag[1]:
+            open(self.flag[0], "w").close()
         jitter = self.rng.gauss(0, self.noise) if self.noise else 0.0
-        slowdown = 1 + self.drift * (time.time() - self.origin)
+        since = time.time() - self.origin
+        slowdown = (1 + self.drift * since) * (1 + self.wave * math.sin(2 * math.pi * since / self.period))
         if self.slow_steps > 0:
             slowdown *= 1 + 4 * self.slow_steps / self.slow_first
             self.slow_steps -= 1

@@ -1,0 +1,377 @@
+"""Lockstep: the sides of a comparison as warm workers taking turns in blocks of steps, pairs of
+processes as the unit, and the busy-machine guard around every block.
+
+Why not rounds of fresh processes: on a shared 2-core VM the machine's speed moves over tens of
+seconds (a neighbour on the host's cores), and each trial of a round pays 20 s or more of start-up
+(imports, model build, compilation) before its timed phase, so the two trials of a round are half
+a minute apart and inherit the drift. In lockstep every side is prepared and warmed up once per
+process, then the sides run blocks of about ``block_s`` seconds one right after the other, in the
+order A B | B A | A B ... (ABBA: a linear drift lands alike on both), so the blocks they are
+compared over are seconds apart.
+
+Why pairs of processes: what a process decides once -- where its memory landed, how its threads
+were placed, which kernels a JIT or autotuner picked -- moves its speed by 2-3% from one process
+to the next (on the Zen 4 VM two lockstep runs of one case 50 minutes apart decided opposite ways,
+0.952 then 1.040, each with a tight interval over its blocks). So blocks within one pair are not
+independent samples of the ratio; pairs are. Each pair opens a fresh process per side (the side
+that starts and blocks first alternating from pair to pair), runs ``blocks`` rounds of blocks and
+closes them. A pair's ratio is its sides' images over their seconds, and each side's process is
+one trial of its record with the pair as its round, so ``accelbench compare`` pairs them exactly
+as it pairs the rounds of an interleaved run: a Student-t interval over the pairs' log-ratios.
+
+While one side runs its block, every other side is parked: stopped (SIGSTOP) right after its
+block and continued (SIGCONT) right before its next one. A waiting framework is not idle: an
+OpenMP runtime keeps its threads spinning for a while after a parallel region (Intel's 200 ms by
+default), which would run beside the other side's block; a stopped process's threads run nothing.
+Every side is parked alike, so the wake-up after a stop, whatever it costs, costs every side.
+
+The guard: the CPU time that processes outside the run took during each block is measured
+(``accelbench.busy``) and kept with the block. ``--when-busy wait`` (the default) waits before a
+block until the machine is quiet, and a block that turned out busy is kept in the record but not
+counted, and run again once the machine is quiet; ``--when-busy go`` counts every block, and
+``compare`` withholds the verdict of a comparison that rests on a busy block.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from statistics import median
+from typing import Callable
+
+from . import busy, records, stats
+from .errors import UsageError
+from .records import TrialOutcome
+from .runner import RunObserver, ScheduledRun, Worker, WorkerFailure
+from .timing import ProcessUsage, Timing
+
+#: the time from a SIGSTOP or SIGCONT to its taking effect in every thread, before a block starts
+SETTLE_S = 0.05
+#: a block run again after it was busy: at most this many times in one pair (then the pair goes on,
+#: counting it, and the guard withholds the verdict)
+MAX_REDOS_PER_PAIR = 20
+#: how often a run that waits for a quiet machine looks again, and says so on the terminal
+QUIET_POLL_S = 5.0
+
+
+@dataclass
+class Block:
+    """One block of one side: when it ran, what it timed, and what the machine did meanwhile."""
+
+    round: int
+    steps: int
+    seconds: float | None
+    #: seconds since the run started
+    started_s: float
+    foreign_share: float | None = None
+    steal_share: float | None = None
+    #: False: the block was busy and run again (``--when-busy wait``); its steps are not in the timing
+    counted: bool = True
+
+
+class Unavailable(Exception):
+    """The backend's check said it cannot run here."""
+
+
+class OutOfTime(Exception):
+    """The run's time budget ran out while it waited for a quiet machine."""
+
+
+class Side:
+    """One plan's warm worker in one pair: started, checked, prepared and warmed up on ``open``,
+    then parked until each of its blocks."""
+
+    def __init__(self, run: ScheduledRun, index: int, observer: RunObserver):
+        self.index, self.ctx = index, run.contexts[index]
+        self.started_utc = records.utc_now("milliseconds")
+        self.blocks: list[Block] = []
+        self.timings: list[Timing] = []
+        self.prepared = None
+        self.worker: Worker | None = None
+        self.observer, self.trial = observer, len(self.ctx.outcomes)
+        self.warmup_calls, self.warmup_rule, self.call_s = 0, "", 0.0
+
+    def open(self, python: str | None) -> None:
+        """Start, check, prepare and warm up the worker, then park it; WorkerFailure or Unavailable."""
+        self.observer.started(self.ctx.ref.id, self.trial, self.trial)
+        self.worker = Worker(self.ctx.ref, self.ctx.config, python=python)
+        reason = self._call("check")
+        if reason:
+            raise Unavailable(reason)
+        self.prepared = self._call("prepare")
+        self.warmup_calls, self.warmup_rule = self._call("warm_up")
+        # one more warm-up call, timed, to size the blocks: the last warm-up calls' pace
+        probe = self._call("step", 1)
+        self.warmup_calls += 1
+        self.call_s = probe.wall_time_s
+        self.park()
+
+    def calls_for(self, blocks: int, block_s: float) -> list[int]:
+        """Calls each of this side's ``blocks`` takes: the asked steps split over them exactly (the
+        first blocks one call more where they do not divide; a block of none is skipped), else as
+        many as fill ``block_s`` at the pace of the last warm-up call (at least one)."""
+        per_call = self.prepared.steps_per_call
+        if self.ctx.config.timed_steps:
+            calls = math.ceil(self.ctx.config.timed_steps / per_call)
+            return [calls // blocks + (1 if r < calls % blocks else 0) for r in range(blocks)]
+        return [max(1, round(block_s / self.call_s)) if self.call_s > 0 else 1] * blocks
+
+    def block(self, calls: int, round_index: int, clock0: float) -> Block:
+        """Continue the worker, time ``calls`` calls in its own timing loop, park it again."""
+        self.wake()
+        time.sleep(SETTLE_S)
+        started = time.monotonic() - clock0
+        before = busy.snapshot()
+        timing = self._call("step", calls)
+        load = busy.between(before, busy.snapshot())
+        self.park()
+        block = Block(round_index, timing.timed_steps, timing.wall_time_s, started,
+                      load.foreign_share if load else None, load.steal_share if load else None)
+        self.blocks.append(block)
+        self.timings.append(timing)
+        return block
+
+    def teardown(self) -> None:
+        """The backend's teardown, as after any trial's timed steps (WorkerFailure if it fails)."""
+        self.wake()
+        self._call("teardown")
+
+    def _call(self, command: str, *args):
+        # the timeout is per phase here: a lockstep worker lives for a whole pair of many blocks
+        self.worker.deadline = time.monotonic() + self.worker.timeout_s
+        progress = lambda phase, done, total: self.observer.progress(  # noqa: E731
+            self.ctx.ref.id, self.trial, phase, done, total)
+        return self.worker.call(command, *args, on_progress=progress)
+
+    def park(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def wake(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, which: int) -> None:
+        if self.worker is not None and self.worker.process.poll() is None:
+            os.kill(self.worker.process.pid, which)
+
+    def outcome(self) -> TrialOutcome:
+        """This side's trial: the counted blocks' steps as one timing, every block listed."""
+        counted = [t for b, t in zip(self.blocks, self.timings) if b.counted]
+        timing = Timing(
+            step_times=[s for t in counted for s in t.step_times], wall_time_s=sum(t.wall_time_s for t in counted),
+            timed_calls=sum(t.timed_calls for t in counted), steps_per_call=self.prepared.steps_per_call,
+            losses=[loss for t in counted for loss in t.losses], warmup_calls=self.warmup_calls,
+            warmup_rule=self.warmup_rule, timed_rule=f"lockstep: {len(counted)} blocks",
+            usage=_summed_usage([t.usage for t in counted]))
+        return TrialOutcome("ok", "", timing, self.prepared, blocks=list(self.blocks),
+                            started_utc=self.started_utc)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.wake()  # a stopped worker would not read its exit request
+            self.worker.close()
+
+
+def _summed_usage(usages: list[ProcessUsage | None]) -> ProcessUsage | None:
+    if not usages or any(u is None for u in usages):
+        return None
+    return ProcessUsage(sum(u.cpu_user_s for u in usages), sum(u.cpu_system_s for u in usages),
+                        sum(u.minor_page_faults for u in usages), usages[-1].anon_huge_pages_bytes)
+
+
+class LockstepRun(ScheduledRun):
+    """The state of a lockstep invocation: pairs of processes, one after another."""
+
+    def __init__(self, plans, schedule, create_envs: bool = True):
+        super().__init__(plans, schedule, create_envs)
+        self.clock0 = time.monotonic()
+        #: plans whose side failed in the pair now running (their outcome is kept already)
+        self._failed_now: set[int] = set()
+        #: rounds of blocks per pair: the schedule's, re-chosen after each pair once there are three
+        #: (``stats.blocks_per_pair``) when the schedule lets the run choose
+        self.blocks = schedule.blocks
+        self.allocation: stats.Allocation | None = None
+        #: per pair: the first two sides' per-round log-ratios, seconds to open, seconds a round
+        self.round_logs: list[list[float]] = []
+        self.open_s: list[float] = []
+        self.round_s: list[float] = []
+
+    def live(self) -> list[int]:
+        return [i for i in range(len(self.plans)) if not self.finished[i]]
+
+    def pairs(self, observer: RunObserver, on_pair: Callable[[], None]) -> None:
+        """Run pairs until the count, the budget or (``until``) the answer says stop."""
+        pair = 0
+        # a run whose peers failed goes on alone: its measurement is still wanted (no comparison)
+        while pair < self.schedule.round_limit and self.live():
+            if self._out_of_time():
+                break
+            try:
+                self.run_pair(pair, observer)
+            except OutOfTime:
+                break
+            pair += 1
+            self.rounds_run = pair
+            self._allocate()
+            on_pair()
+            if self._decided(pair):
+                break
+        else:
+            self.stop_reason = self.stop_reason or (self._limit_reason() if self.live() else "no run left that can run")
+
+    def run_pair(self, pair: int, observer: RunObserver) -> None:
+        order = self.live() if pair % 2 == 0 else self.live()[::-1]
+        sides: list[Side] = []
+        try:
+            opened = time.monotonic()
+            for index in order:
+                side = self._open(index, observer)
+                if side is not None:
+                    sides.append(side)
+            if sides:
+                blocks_started = time.monotonic()
+                self._blocks(sides, observer)
+                self._measure_pair(sides, blocks_started - opened, time.monotonic() - blocks_started)
+                self._teardown(sides, observer)
+            for side in sides:
+                if side.index not in self._failed_now and any(b.counted for b in side.blocks):
+                    self._keep(side.index, side.outcome(), pair)
+        finally:
+            for side in sides:
+                side.close()
+            self._failed_now = set()
+
+    def _teardown(self, sides: list[Side], observer: RunObserver) -> None:
+        for side in sides:
+            if side.index in self._failed_now:
+                continue
+            try:
+                side.teardown()
+            except WorkerFailure as failure:
+                self._side_failed(side, failure, observer)
+
+    def _measure_pair(self, sides: list[Side], open_s: float, blocks_s: float) -> None:
+        """What the allocation rule needs of a finished pair (the first two sides in plan order)."""
+        if len(sides) < 2 or any(side.index in self._failed_now for side in sides):
+            return
+        first, second = sorted(sides, key=lambda side: side.index)[:2]
+        rates = [{b.round: b.steps / b.seconds for b in side.blocks if b.counted} for side in (first, second)]
+        self.round_logs.append([math.log(rates[0][r] / rates[1][r]) for r in sorted(rates[0]) if r in rates[1]])
+        self.open_s.append(open_s)
+        self.round_s.append(blocks_s / self.blocks)
+
+    def _allocate(self) -> None:
+        """``adapt_blocks``: the rounds of blocks the next pairs get, from the pairs so far."""
+        if not self.schedule.adapt_blocks:
+            return
+        found = stats.blocks_per_pair(self.round_logs, median(self.open_s), median(self.round_s))
+        if found is not None:
+            self.allocation, self.blocks = found, found.blocks
+
+    def _open(self, index: int, observer: RunObserver) -> Side | None:
+        side = Side(self, index, observer)
+        try:
+            python = self._python(index, observer)
+        except Exception as exc:  # envs.EnvironmentError_: no environment for this plan
+            self._fail(index, TrialOutcome("unavailable", f"no worker environment: {exc}",
+                                           started_utc=side.started_utc), observer)
+            return None
+        try:
+            side.open(python)
+        except Unavailable as exc:
+            side.close()
+            self._fail(index, TrialOutcome("unavailable", str(exc), started_utc=side.started_utc), observer)
+            return None
+        except WorkerFailure as failure:
+            self._side_failed(side, failure, observer)
+            return None
+        return side
+
+    def _blocks(self, sides: list[Side], observer: RunObserver) -> None:
+        """``blocks`` rounds of one block per side, the order reversed every other round; a side
+        whose worker fails ends the pair (the blocks the others ran are kept)."""
+        calls = {side.index: side.calls_for(self.blocks, self.schedule.block_s) for side in sides}
+        redos = 0
+        for round_index in range(self.blocks):
+            for side in sides if round_index % 2 == 0 else sides[::-1]:
+                while calls[side.index][round_index]:
+                    self._wait_for_quiet(observer)
+                    try:
+                        block = side.block(calls[side.index][round_index], round_index, self.clock0)
+                    except WorkerFailure as failure:
+                        self._side_failed(side, failure, observer)
+                        return
+                    if not (block.foreign_share is not None and block.foreign_share > busy.BUSY_SHARE):
+                        break
+                    observer.note(f"warning: the machine was busy during a block of {side.ctx.ref.id}: "
+                                  f"{block.foreign_share:.0%} of the CPU time went to other processes")
+                    if self.schedule.when_busy != "wait" or redos >= MAX_REDOS_PER_PAIR:
+                        break
+                    block.counted, redos = False, redos + 1
+
+    def _wait_for_quiet(self, observer: RunObserver) -> None:
+        """``--when-busy wait``: watch the machine (every side parked) until other processes take at
+        most ``BUSY_SHARE`` of it; OutOfTime when the budget runs out first."""
+        if self.schedule.when_busy != "wait":
+            return
+        load, told = busy.watch(busy.QUIET_CHECK_S * 0.2), 0.0
+        while load is not None and load.busy:
+            if time.monotonic() - told >= QUIET_POLL_S:
+                observer.note(f"warning: the machine is busy ({busy.describe(load)}): waiting for it to "
+                              f"quieten (--when-busy go to run anyway)")
+                told = time.monotonic()
+            budget = self.schedule.time_budget_s
+            if budget is not None and time.monotonic() - self.started >= budget:
+                self.stop_reason = (f"time budget of {budget:g} s spent waiting for a quiet machine "
+                                    f"({busy.describe(load)})")
+                raise OutOfTime
+            load = busy.watch(busy.QUIET_CHECK_S)
+
+    def _side_failed(self, side: Side, failure: WorkerFailure, observer: RunObserver) -> None:
+        failure = side.worker.keep_log(failure) if side.worker else failure
+        self._fail(side.index, TrialOutcome(failure.status, failure.reason, None, side.prepared,
+                                            blocks=list(side.blocks) or None, started_utc=side.started_utc),
+                   observer)
+
+    def _fail(self, index: int, outcome: TrialOutcome, observer: RunObserver) -> None:
+        self._failed_now.add(index)
+        self._keep(index, outcome, self.rounds_run)
+
+    def _keep(self, index: int, outcome: TrialOutcome, pair: int) -> None:
+        outcome.round, outcome.ended_utc = pair, records.utc_now("milliseconds")
+        self.contexts[index].outcomes.append(outcome)
+        self.finished[index] = self.finished[index] or outcome.status != "ok"
+
+    def schedule_block(self, index: int) -> dict:
+        block = super().schedule_block(index)
+        block["lockstep"] = {"blocks_per_pair": self.blocks, "block_s": self.schedule.block_s,
+                             "when_busy": self.schedule.when_busy, "busy_share": busy.BUSY_SHARE}
+        if self.allocation is not None:
+            block["lockstep"]["allocation"] = self.allocation.describe()
+        return block
+
+
+def execute(plans, on_records: Callable[[list[dict]], None], observer: RunObserver | None = None,
+            schedule=None, create_envs: bool = True) -> list[dict]:
+    """Run the plans in lockstep pairs (``schedule.kind == "lockstep"``); return one record per plan.
+
+    After every pair, ``on_records`` gets the records so far: a finished pair is never lost, even
+    if the run is stopped in the middle of the next."""
+    observer = observer or RunObserver()
+    if any(p.config.workers > 1 for p in plans):
+        raise UsageError("--schedule lockstep compares single-worker runs: give --schedule interleaved "
+                         "with --workers > 1")
+    run = LockstepRun(plans, schedule, create_envs)
+
+    def pair_done() -> None:
+        built = run.records()
+        on_records(list(built.values()))
+        for record in built.values():
+            observer.finished(record)
+
+    run.pairs(observer, pair_done)
+    final = list(run.records(final=True).values())
+    on_records(final)
+    return final
