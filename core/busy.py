@@ -125,22 +125,9 @@ def _machine_busy(cpus: list[int]) -> tuple[float, float]:
 
 def _tree_cpu_s(root: int) -> float | None:
     """User and system seconds of ``root`` and every descendant (their reaped children included)."""
-    from .memwatch import children
+    from .memwatch import tree_sum
 
-    total, pending, seen = 0.0, [root], set()
-    while pending:
-        pid = pending.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        used = _process_cpu_s(pid)
-        if used is None:
-            if pid == root:
-                return None
-            continue  # it ended between the listing and the read
-        total += used
-        pending.extend(children(pid))
-    return total
+    return tree_sum(root, _process_cpu_s)
 
 
 def _process_cpu_s(pid: int) -> float | None:

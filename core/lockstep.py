@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Callable
 
-from . import busy, records, stats
+from . import busy, envs, records, stats
 from .errors import UsageError
 from .records import TrialOutcome
 from .runner import RunObserver, ScheduledRun, Worker, WorkerFailure
@@ -206,7 +206,7 @@ class LockstepRun(ScheduledRun):
         pair = 0
         # a run whose peers failed goes on alone: its measurement is still wanted (no comparison)
         while pair < self.schedule.round_limit and self.live():
-            if self._out_of_time():
+            if self._out_of_time() or not self._fits_budget():
                 break
             try:
                 self.run_pair(pair, observer)
@@ -243,6 +243,22 @@ class LockstepRun(ScheduledRun):
                 side.close()
             self._failed_now = set()
 
+    def _fits_budget(self) -> bool:
+        """``adapt_blocks``: size the next pair to end within the time budget, from what the pairs so
+        far took to open and per round; False (and the stop reason) when not even the fewest rounds
+        fit. A run with fixed ``--blocks`` starts its pairs whole, as trials are started."""
+        budget = self.schedule.time_budget_s
+        if not (self.schedule.adapt_blocks and budget is not None and self.open_s):
+            return True
+        left = budget - (time.monotonic() - self.started) - median(self.open_s)
+        fit = math.floor(left / median(self.round_s)) if left > 0 else 0
+        if fit < stats.MIN_BLOCKS:
+            self.stop_reason = (f"time budget of {budget:g} s: too little left for another pair "
+                                f"before the answer was decided")
+            return False
+        self.blocks = min(self.blocks, fit)
+        return True
+
     def _teardown(self, sides: list[Side], observer: RunObserver) -> None:
         for side in sides:
             if side.index in self._failed_now:
@@ -266,7 +282,7 @@ class LockstepRun(ScheduledRun):
         """``adapt_blocks``: the rounds of blocks the next pairs get, from the pairs so far."""
         if not self.schedule.adapt_blocks:
             return
-        found = stats.blocks_per_pair(self.round_logs, median(self.open_s), median(self.round_s))
+        found = stats.blocks_per_pair(self.round_logs, median(self.open_s), median(self.round_s), self.blocks)
         if found is not None:
             self.allocation, self.blocks = found, found.blocks
 
@@ -274,7 +290,7 @@ class LockstepRun(ScheduledRun):
         side = Side(self, index, observer)
         try:
             python = self._python(index, observer)
-        except Exception as exc:  # envs.EnvironmentError_: no environment for this plan
+        except envs.EnvironmentError_ as exc:
             self._fail(index, TrialOutcome("unavailable", f"no worker environment: {exc}",
                                            started_utc=side.started_utc), observer)
             return None
@@ -296,20 +312,27 @@ class LockstepRun(ScheduledRun):
         redos = 0
         for round_index in range(self.blocks):
             for side in sides if round_index % 2 == 0 else sides[::-1]:
-                while calls[side.index][round_index]:
-                    self._wait_for_quiet(observer)
-                    try:
-                        block = side.block(calls[side.index][round_index], round_index, self.clock0)
-                    except WorkerFailure as failure:
-                        self._side_failed(side, failure, observer)
-                        return
-                    if not (block.foreign_share is not None and block.foreign_share > busy.BUSY_SHARE):
-                        break
-                    observer.note(f"warning: the machine was busy during a block of {side.ctx.ref.id}: "
-                                  f"{block.foreign_share:.0%} of the CPU time went to other processes")
-                    if self.schedule.when_busy != "wait" or redos >= MAX_REDOS_PER_PAIR:
-                        break
-                    block.counted, redos = False, redos + 1
+                if not calls[side.index][round_index]:
+                    continue
+                try:
+                    redos = self._counted_block(side, calls[side.index][round_index], round_index, redos, observer)
+                except WorkerFailure as failure:
+                    self._side_failed(side, failure, observer)
+                    return
+
+    def _counted_block(self, side: Side, calls: int, round_index: int, redos: int, observer: RunObserver) -> int:
+        """One block of ``side`` that counts: under ``--when-busy wait`` a busy one is kept uncounted
+        and run again (at most ``MAX_REDOS_PER_PAIR`` times a pair). Returns the pair's redos so far."""
+        while True:
+            self._wait_for_quiet(observer)
+            block = side.block(calls, round_index, self.clock0)
+            if block.foreign_share is None or block.foreign_share <= busy.BUSY_SHARE:
+                return redos
+            observer.note(f"warning: the machine was busy during a block of {side.ctx.ref.id}: "
+                          f"{block.foreign_share:.0%} of the CPU time went to other processes")
+            if self.schedule.when_busy != "wait" or redos >= MAX_REDOS_PER_PAIR:
+                return redos
+            block.counted, redos = False, redos + 1
 
     def _wait_for_quiet(self, observer: RunObserver) -> None:
         """``--when-busy wait``: watch the machine (every side parked) until other processes take at

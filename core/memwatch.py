@@ -9,6 +9,7 @@ healthy runs while a resident one stops only a runaway (a corrupt input once gre
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 #: train mode's default limit per worker, as a share of this machine's memory
 TRAIN_DEFAULT_SHARE = 0.75
@@ -16,20 +17,27 @@ TRAIN_DEFAULT_SHARE = 0.75
 
 def tree_rss_mb(pid: int) -> float | None:
     """Resident MB of ``pid`` and every descendant (data-loader workers...), or None if unreadable."""
-    total, pending, seen = 0, [pid], set()
+    kb = tree_sum(pid, _rss_kb)
+    return None if kb is None else kb / 1024
+
+
+def tree_sum(pid: int, read: Callable[[int], float | None]) -> float | None:
+    """``read(p)`` summed over ``pid`` and every descendant; None when ``pid`` itself cannot be read
+    (a descendant that ended between the listing and the read counts nothing)."""
+    total, pending, seen = 0.0, [pid], set()
     while pending:
         current = pending.pop()
         if current in seen:
             continue
         seen.add(current)
-        rss = _rss_kb(current)
-        if rss is None:
+        value = read(current)
+        if value is None:
             if current == pid:
                 return None
             continue
-        total += rss
+        total += value
         pending.extend(children(current))
-    return total / 1024
+    return total
 
 
 def _rss_kb(pid: int) -> int | None:

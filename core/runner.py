@@ -269,6 +269,8 @@ def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
     never lost, even if the run is stopped before its plan's last round).
     """
     schedule = schedule or Schedule(rounds=max((p.config.trials for p in plans), default=1))
+    if schedule.kind == "lockstep":
+        raise ValueError("runner.execute runs trials in rounds: a lockstep schedule runs with accelbench.lockstep.execute")
     observer = observer or RunObserver()
     run = ScheduledRun(plans, schedule, create_envs)
     for round_index, index in run.slots():

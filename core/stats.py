@@ -138,7 +138,8 @@ class Allocation:
 MIN_BLOCKS, MAX_BLOCKS = 2, 40
 
 
-def blocks_per_pair(round_logs: Sequence[Sequence[float]], startup_s: float, round_s: float) -> Allocation | None:
+def blocks_per_pair(round_logs: Sequence[Sequence[float]], startup_s: float, round_s: float,
+                    current: int | None = None) -> Allocation | None:
     """The rounds of blocks per pair that narrow the interval fastest per second of machine time.
 
     A pair costs ``startup_s`` (start, prepare and warm up every side) plus ``b`` rounds of
@@ -149,7 +150,12 @@ def blocks_per_pair(round_logs: Sequence[Sequence[float]], startup_s: float, rou
     (between round_s))`` (the optimum of two-stage sampling). ``round_logs`` holds each pair's
     per-round log-ratios; ``within`` is their pooled variance about each pair's mean, ``between``
     the variance of the pairs' means less ``within / b``. None with fewer than 3 pairs, or too
-    few rounds to say."""
+    few rounds to say.
+
+    Variances from a handful of pairs are rough (the between-pair one is often estimated as 0, which
+    alone would ask for the longest pairs), and fewer, longer pairs leave the t-interval fewer
+    degrees of freedom, which the formula does not see: so from ``current`` rounds a pair the
+    choice moves at most twofold at a time."""
     pairs = [np.asarray(logs, float) for logs in round_logs if len(logs) >= 2]
     if len(pairs) < 3 or startup_s <= 0 or round_s <= 0:
         return None
@@ -161,6 +167,8 @@ def blocks_per_pair(round_logs: Sequence[Sequence[float]], startup_s: float, rou
         best = MAX_BLOCKS  # no process-level spread seen: longer pairs cost nothing in precision
     else:
         best = round(math.sqrt(within * startup_s / (between * round_s)))
+    if current is not None:
+        best = min(max(best, math.ceil(current / 2)), 2 * current)
     return Allocation(min(MAX_BLOCKS, max(MIN_BLOCKS, best)), within, between, startup_s, round_s)
 
 

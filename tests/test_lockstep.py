@@ -316,6 +316,9 @@ def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_s
     assert abs(found.blocks - max(stats.MIN_BLOCKS, best)) <= 1  # and near the true variances' optimum
     assert "rounds of blocks a pair" in found.describe()
     assert stats.blocks_per_pair(logs[:2], startup_s, round_s) is None  # too few pairs to say
+    # from a current choice, at most twofold a step
+    moved = stats.blocks_per_pair(logs, startup_s, round_s, current=4).blocks
+    assert moved == min(max(found.blocks, 2), 8)
 
 
 def test_more_than_two_sides_take_turns_round_robin_and_every_pair_is_compared(accelbench_cli, tmp_path):
@@ -331,3 +334,18 @@ def test_more_than_two_sides_take_turns_round_robin_and_every_pair_is_compared(a
     results = compare(runs_of(records), 0.03)
     assert sorted(r.config.split(" batch ")[1] for r in results) == ["16 224px", "8 224px"]
     assert all(r.samples == "2 pairs (lockstep)" and r.ratio == pytest.approx(1.10, rel=0.02) for r in results), results
+
+
+def test_an_adaptive_run_sizes_its_last_pair_to_end_within_its_budget(accelbench_cli, tmp_path):
+    # a bound no noisy run meets (0.1%), so only the budget stops it; pairs grow as the rule asks,
+    # and the last one is cut to what is left rather than started whole past the budget
+    out = tmp_path / "run.json"
+    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", "--option", "step_ms=20", "--warmup-steps",
+                          "3", "--block-time", "0.2s", "--until-decided", "0.1%", "--max-time", "12s",
+                          "--option", "noise=0.05", "-o", str(out))  # no --blocks: the run chooses them
+    assert done.returncode == 0, done.stderr
+    schedule = load_records(out)[0]["schedule"]
+    assert schedule["stop_reason"] in ("time budget of 12 s: too little left for another pair before the answer "
+                                       "was decided", "time budget of 12 s spent before the answer was decided")
+    assert schedule["elapsed_s"] < 12 + 2.5, schedule
+    assert "allocation" in schedule["lockstep"] or schedule["rounds"] < 4

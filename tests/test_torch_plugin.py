@@ -137,4 +137,4 @@ def test_torch_and_tensorflow_records_of_one_config_compare(accelbench_cli, tmp_
     assert compared.returncode == 0, compared.stderr
     [pair] = json.loads(compared.stdout)["comparisons"]
     assert {pair["a"], pair["b"]} == {"torch_ref:resnet50", "tf_benchmarks:resnet50"}
-    assert pair["analysis"].startswith("paired")
+    assert pair["analysis"].startswith("lockstep pairs")  # two runs of one invocation: lockstep
