@@ -163,7 +163,7 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     refs = _selected(plugin_names, backend_names)
     plans = runner.plan(refs, config, _pythons(pythons), [envs.parse_requirements(e) for e in env_matrix])
     runnable = sum(p.precheck is None for p in plans)
-    kind = schedule_kind or _default_schedule(runnable, config)
+    kind = schedule_kind or _default_schedule(plans, config)
     schedule = _schedule(kind, config, until_decided, until_halfwidth, max_time, blocks, block_time, when_busy)
     if schedule.until and kind == "interleaved" and config.time_s is None and config.timed_steps is None \
             and config.workers == 1:
@@ -182,10 +182,15 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
         _print_comparison(done, schedule.until.tolerance if schedule.until else None)
 
 
-def _default_schedule(runnable: int, config) -> str:
-    """Lockstep whenever single-worker benchmark runs are compared; interleaved for multi-worker
-    and train runs (their phases are not blocks of steps) and for a single run."""
-    if runnable >= 2 and config.workers == 1 and config.mode != "train":
+def _default_schedule(plans, config) -> str:
+    """Lockstep whenever two or more single-worker benchmark runs on the CPU can run; interleaved
+    for multi-worker and train runs (their phases are not blocks of steps), for a single run, and
+    on accelerators: warm workers of several frameworks share one device there, and a framework
+    that reserves most of its memory up front would starve the others (``--schedule lockstep``
+    still asks for it)."""
+    runnable = [p for p in plans if p.precheck is None]
+    if len(runnable) >= 2 and config.workers == 1 and config.mode != "train" \
+            and all(p.config.device == "cpu" for p in runnable):
         return "lockstep"
     return "interleaved"
 

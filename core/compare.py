@@ -209,7 +209,7 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
         estimate = stats.paired_ratio(*paired, confidence=confidence)
         point, ci, count = estimate.ratio, estimate.ci95, estimate.samples
         unit = "pairs" if lockstep else "rounds"
-        samples = f"{count} pairs (lockstep)" if lockstep else f"{count} paired rounds"
+        samples = f"{count} pair{'s' if count != 1 else ''} (lockstep)" if lockstep else f"{count} paired rounds"
         analysis = LOCKSTEP_ANALYSIS if lockstep else PAIRED_ANALYSIS
         per_unit = [x / y for x, y in zip(paired[0], paired[1])]
     else:
@@ -235,6 +235,8 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
             result.verdict, result.note = "undecided", f"verdict withheld: {result.busy}"
     elif single and not paired:
         result.note = "interval covers step-to-step noise only: use --trials >= 3 for run-to-run variation"
+    elif single:
+        result.note = f"one {unit[:-1]}: no interval exists yet; run --trials >= 3"
     elif result.busy:
         result.note = result.busy
     return result

@@ -349,3 +349,19 @@ def test_an_adaptive_run_sizes_its_last_pair_to_end_within_its_budget(accelbench
                                        "was decided", "time budget of 12 s spent before the answer was decided")
     assert schedule["elapsed_s"] < 12 + 2.5, schedule
     assert "allocation" in schedule["lockstep"] or schedule["rounds"] < 4
+
+
+@pytest.mark.parametrize("devices, workers, mode, expected", [
+    (("cpu", "cpu"), 1, "throughput", "lockstep"),
+    (("cpu",), 1, "throughput", "interleaved"),                 # one run: nothing to take turns with
+    (("gpu", "gpu"), 1, "throughput", "interleaved"),           # warm frameworks would share one device
+    (("cpu", "cpu"), 2, "throughput", "interleaved"),           # multi-worker: counted, not blocks
+    (("cpu", "cpu"), 1, "train", "interleaved"),                # train mode runs epochs
+])
+def test_lockstep_is_the_default_where_warm_sides_can_take_turns(devices, workers, mode, expected):
+    from types import SimpleNamespace
+
+    from accelbench.cli import _default_schedule
+
+    plans = [SimpleNamespace(precheck=None, config=SimpleNamespace(device=d)) for d in devices]
+    assert _default_schedule(plans, SimpleNamespace(workers=workers, mode=mode)) == expected
