@@ -57,7 +57,12 @@ class Load:
 
     @property
     def busy(self) -> bool:
-        return self.foreign_share > BUSY_SHARE
+        return is_busy(self.foreign_share)
+
+
+def is_busy(foreign_share: float | None, limit: float = BUSY_SHARE) -> bool:
+    """Whether other processes took more than ``limit`` of the CPUs (never, where it was not read)."""
+    return foreign_share is not None and foreign_share > limit
 
 
 def snapshot(root_pid: int | None = None) -> CpuSnapshot | None:

@@ -125,9 +125,9 @@ def plugins() -> None:
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @click.option("--schedule", "schedule_kind", type=click.Choice(["lockstep", "interleaved", "sequential"]),
               help="lockstep: warm workers take turns in blocks of steps, in pairs of processes (--trials "
-                   "pairs; the default when two or more single-worker runs are compared); interleaved: "
-                   "rounds of fresh processes, every run once, order reversed every other round; "
-                   "sequential: all trials of one run, then the next (default with one run).")
+                   "pairs; the default when two or more single-worker runs on the CPU are compared); "
+                   "interleaved: rounds of fresh processes, every run once, order reversed every other round "
+                   "(the default otherwise); sequential: all trials of one run, then the next.")
 @click.option("--blocks", type=click.IntRange(min=1, max=1000),
               help=f"lockstep: rounds of blocks in each pair of processes (default {DEFAULT_BLOCKS}).")
 @click.option("--block-time", metavar="DURATION",

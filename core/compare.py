@@ -246,7 +246,7 @@ def busy_pairs(record: dict[str, Any]) -> set[int]:
     """The pairs (rounds) of a lockstep record with a counted block its run called busy."""
     limit = record["schedule"].get("lockstep", {}).get("busy_share", busy.BUSY_SHARE)
     return {t["round"] for t in record["trials"] if t["status"] == "ok" for b in t.get("blocks", [])
-            if b["counted"] and b["foreign_share"] is not None and b["foreign_share"] > limit}
+            if b["counted"] and busy.is_busy(b["foreign_share"], limit)}
 
 
 def busy_note(a: Run, b: Run) -> str:
@@ -254,7 +254,7 @@ def busy_note(a: Run, b: Run) -> str:
     counted block of either side in which other processes took more than the run's busy share."""
     limit = a.record["schedule"].get("lockstep", {}).get("busy_share", busy.BUSY_SHARE)
     blocks = {run.label: _counted_blocks(run.record) for run in (a, b)}
-    if not any(share > limit for found in blocks.values() for share, _ in found):
+    if not any(busy.is_busy(share, limit) for found in blocks.values() for share, _ in found):
         return ""
     (first, found_a), (second, found_b) = blocks.items()
     return (f"the machine was busy: {_weighted_share(found_a):.0%} of CPU time went to other processes during "
@@ -279,7 +279,7 @@ def _paired_rates(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[float], li
     if not (sa and sb and sa["run_id"] == sb["run_id"] and sa["kind"] == sb["kind"] and sa["kind"] in PAIRED_KINDS):
         return None
     rounds_a, rounds_b = _trials_by_round(a), _trials_by_round(b)
-    common = common_rounds(a, b)
+    common = sorted(rounds_a.keys() & rounds_b.keys())
     if not common:
         return None
     return ([rounds_a[r]["images_per_sec"] for r in common], [rounds_b[r]["images_per_sec"] for r in common],

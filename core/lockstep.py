@@ -326,7 +326,7 @@ class LockstepRun(ScheduledRun):
         while True:
             self._wait_for_quiet(observer)
             block = side.block(calls, round_index, self.clock0)
-            if block.foreign_share is None or block.foreign_share <= busy.BUSY_SHARE:
+            if not busy.is_busy(block.foreign_share):
                 return redos
             observer.note(f"warning: the machine was busy during a block of {side.ctx.ref.id}: "
                           f"{block.foreign_share:.0%} of the CPU time went to other processes")
