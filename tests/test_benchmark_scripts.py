@@ -531,6 +531,15 @@ def process_state(pid):
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
+def settled_state(pid, within=2.0):
+    """The state once a signal just sent has taken effect: SIGSTOP is delivered asynchronously,
+    so a process read at once may still show R (a CI run on a loaded VM did)."""
+    deadline = time.monotonic() + within
+    while (state := process_state(pid)) != "T" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return state
+
+
 def test_a_shipped_reference_takes_turns_stopped_between_its_blocks(tmp_path):
     """Between its blocks the program is stopped: it makes no progress while the other side runs,
     that wait is not in its seconds, and a block is the steps asked for, timed by its step lines."""
@@ -539,10 +548,10 @@ def test_a_shipped_reference_takes_turns_stopped_between_its_blocks(tmp_path):
     side = lockstep.ShippedSide([sys.executable, str(script)], bench_reference.STEP_LINES["tf_cnn"], batch=4,
                                 warmup=2, scratch=(scratch := tempfile.TemporaryDirectory()))
     try:
-        states = [process_state(side.process.pid)]
+        states = [settled_state(side.process.pid)]
         time.sleep(0.5)  # ~16 steps, were it running
         first = side.block(3)
-        states.append(process_state(side.process.pid))
+        states.append(settled_state(side.process.pid))
         time.sleep(0.3)
         second = side.block(2)
     finally:
@@ -640,9 +649,9 @@ def test_beside_a_shipped_reference_the_plugins_worker_is_stopped_between_its_bl
     plugin = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1, frozen=True)
     worker = plugin.session.worker.process
     try:
-        states = [process_state(worker.pid)]
+        states = [settled_state(worker.pid)]
         images, seconds = plugin.block(2)
-        states.append(process_state(worker.pid))
+        states.append(settled_state(worker.pid))
     finally:
         plugin.close()
     assert states == ["T", "T"]
@@ -678,7 +687,7 @@ time.sleep(60)
 """)
     benchmark = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
     stopped = int(benchmark.stdout.readline())
-    assert process_state(stopped) == "T"
+    assert settled_state(stopped) == "T"
     benchmark.kill()
     benchmark.wait()
     deadline = time.monotonic() + 10
