@@ -144,6 +144,8 @@ def plugins() -> None:
               help="Start no trial after this long, e.g. 300, 90s, 5m (default with --until-*: 10m).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress and no table: only the results file's path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document (JSON) on stdout; progress on stderr.")
+@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
+              "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")
 @click.option("--python", "pythons", multiple=True, metavar="PLUGIN=PATH",
               help="Run this plugin's workers with a Python you made (repeatable).")
 @click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS",
@@ -152,7 +154,7 @@ def plugins() -> None:
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
 @price_options
 def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, blocks, block_time,
-        when_busy, until_decided, until_halfwidth, max_time, quiet, as_json, pythons, env_matrix, no_create_env,
+        when_busy, until_decided, until_halfwidth, max_time, quiet, as_json, wide, pythons, env_matrix, no_create_env,
         prices, price, price_per_hour, epochs, **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
     from . import cost, envs, inputs, runner
@@ -175,11 +177,11 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
     kept = inputs.output_records(path, force)  # the last check: after it, workers start
-    view = _View(quiet=quiet, as_json=as_json)
+    view = _View(quiet=quiet, as_json=as_json, wide=wide)
     done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, kept,
                     create_envs=not no_create_env)
     if (schedule.until or schedule.kind == "lockstep") and view.tables:
-        _print_comparison(done, schedule.until.tolerance if schedule.until else None)
+        _print_comparison(done, schedule.until.tolerance if schedule.until else None, wide)
 
 
 def _default_schedule(plans, config) -> str:
@@ -225,13 +227,13 @@ def _schedule(kind: str, config, until_decided: str | None, until_halfwidth: str
                     block_s=block_s, when_busy=when_busy or "wait", adapt_blocks=until is not None and blocks is None)
 
 
-def _print_comparison(done: list[dict[str, Any]], tolerance: float | None) -> None:
+def _print_comparison(done: list[dict[str, Any]], tolerance: float | None, wide: bool = False) -> None:
     from . import compare as comparing
     from .console import ComparisonTable
 
     results = comparing.comparisons(comparing.runs_of(done), tolerance)
     if results:
-        ComparisonTable(results, tolerance).print()
+        ComparisonTable(results, tolerance, wide=wide).print()
     stop = next((r["schedule"]["stop_reason"] for r in done if r.get("schedule")), "")
     click.echo(f"stopped: {stop}")
 
@@ -243,6 +245,8 @@ class _View:
 
     quiet: bool = False
     as_json: bool = False
+    #: every table column, whatever the terminal's width
+    wide: bool = False
 
     @property
     def tables(self) -> bool:
@@ -293,7 +297,7 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
         click.echo(f"{getattr(stop, 'signal_name', 'interrupted')}: {saved}", err=True)
         sys.exit(getattr(stop, "exit_code", 130))
     if view.tables:
-        table(done).print()
+        table(done, wide=view.wide).print()
     if view.as_json:
         click.echo(json.dumps(records.results_document(done), indent=1))
     click.echo(f"results: {path}", err=view.as_json)
@@ -459,7 +463,9 @@ def validate(files: tuple[str, ...]) -> None:
 @click.option("--margin", help="Non-inferiority margin, e.g. 2%: is A at least B? verdict ahead / not behind / "
                                "behind / undecided.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, as_json: bool) -> None:
+@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
+              "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")
+def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, as_json: bool, wide: bool) -> None:
     """Pair runs by config and report throughput ratios with 95% intervals.
 
     Exit code: 0 all within, ahead or not behind (or no bound given), 1 some outside or behind,
@@ -478,23 +484,36 @@ def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, a
     else:
         from .console import ComparisonTable
 
-        ComparisonTable(results, bound, behind).print()
+        ComparisonTable(results, bound, behind, wide=wide).print()
     sys.exit(comparing.exit_code(results))
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True)
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for index.html and its PNGs.")
+@click.argument("files", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Folder for index.html and its PNGs.")
 @click.option("--reference/--no-reference", default=True, help="Overlay the 2018 study's published figures.")
 @click.option("--tolerance", default="3%", show_default=True, help="Equivalence bound of the comparison section.")
+@click.option("--evidence", type=click.Path(), help="A folder of committed results files (<machine>/<date>-<case>.json) "
+                                                    "to render as Markdown tables (with --markdown).")
+@click.option("--markdown", is_flag=True, help="Print the --evidence folder's tables as Markdown (what the docs show).")
 @price_options
-def report(files: tuple[str, ...], out_dir: str, reference: bool, tolerance: str, prices, price, price_per_hour,
-           epochs) -> None:
-    """Write an HTML study report (throughput vs batch, images per dollar, every run) from results files."""
+def report(files: tuple[str, ...], out_dir: str | None, reference: bool, tolerance: str, evidence: str | None,
+           markdown: bool, prices, price, price_per_hour, epochs) -> None:
+    """Write an HTML study report (throughput vs batch, images per dollar, every run) from results
+    files, or with --evidence DIR --markdown print a folder of results files as Markdown tables."""
     from . import cost, records
     from . import report as reporting
     from .compare import parse_tolerance
 
+    if evidence or markdown:
+        if not (evidence and markdown) or files or out_dir:
+            raise UsageError("--evidence: give it a folder with --markdown, and no FILES or --out")
+        from . import evidence as evidence_files
+
+        click.echo(evidence_files.markdown(evidence_files.load(evidence), evidence), nl=False)
+        return
+    if not files or not out_dir:
+        raise UsageError("report: give results FILES and --out DIR (or --evidence DIR --markdown)")
     bound = parse_tolerance(tolerance)
     loaded = [r for name in files for r in records.read_results(name)]
     catalogue = cost.load_catalogue(prices)
@@ -548,8 +567,10 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
 @field_options(declared=TrainSpec)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
+@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
+              "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")
 @price_options
-def train(plugin_names, backend_names, data_dir, timeout, output, force, prices, price, price_per_hour, epochs,
+def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, prices, price, price_per_hour, epochs,
           **flags) -> None:
     """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
     from . import cost, datasets, inputs, runner
@@ -570,7 +591,7 @@ def train(plugin_names, backend_names, data_dir, timeout, output, force, prices,
     dataset = datasets.load(data_dir or runner.default_dataset(refs))
     config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
     plans = runner.plan(refs, config)
-    _execute(plans, path, catalogue, explicit, epochs, TrainingTable, kept=kept)
+    _execute(plans, path, catalogue, explicit, epochs, TrainingTable, view=_View(wide=wide), kept=kept)
 
 
 def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:

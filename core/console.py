@@ -7,6 +7,7 @@ import time
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -32,9 +33,68 @@ def plain(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*parts)
 
 
+class FoldingTable:
+    """A rich table whose key columns are never cut: when every column does not fit the console
+    (and ``wide`` is off), the table keeps only the key columns and each row's other cells print
+    folded under it, one line per row, labelled by the row's first cell."""
+
+    def __init__(self, title: str, columns: tuple[str, ...], key: tuple[str, ...], numeric: set[str] | tuple[str, ...],
+                 wide: bool = False):
+        self.title, self.columns, self.key, self.numeric, self.wide = title, columns, key, set(numeric), wide
+        self.rows: list[list[str | Text]] = []
+
+    def add_row(self, *cells: str | Text) -> None:
+        self.rows.append(list(cells))
+
+    def print(self, out: Console) -> None:
+        full = self._table(self.columns)
+        # the full table fits when its key columns keep their whole lines and the others at least
+        # their longest word (rich wraps those)
+        measured = Measurement.get(out, out.options.update(max_width=10_000), full)
+        if self.wide:
+            # every column at its natural width, past the terminal's edge if need be (its lines wrap)
+            terminal = out.width
+            out.width = max(terminal, measured.maximum)
+            try:
+                out.print(full, crop=False)
+            finally:
+                out.width = terminal
+            return
+        if measured.minimum <= out.width:
+            out.print(full)
+            return
+        out.print(self._table(self.key))
+        for row in self.rows:
+            cells = dict(zip(self.columns, row))
+            rest = [f"{name} {_text(cells[name])}" for name in self.columns
+                    if name not in self.key and _text(cells[name]) not in ("", "-")]
+            if rest:
+                out.print(plain(f"  {_text(row[0])}: ".replace("\n", " ") + " · ".join(rest).replace("\n", " ")))
+
+    def _table(self, names: tuple[str, ...]) -> Table:
+        table = Table(title=self.title)
+        for name in names:
+            # a key column folds a long word onto the next line rather than cut it with an ellipsis
+            # a key column is at least as wide as its longest word: a name or a figure stays whole,
+            # a reason under a status wraps
+            longest = max((len(word) for row in self.rows for word in _text(dict(zip(self.columns, row))[name]).split()),
+                          default=0)
+            table.add_column(name, justify="right" if name in self.numeric else "left", overflow="fold",
+                             no_wrap=name in self.numeric,
+                             min_width=max(min(longest, 40), len(name)) if name in self.key else None)
+        for row in self.rows:
+            cells = dict(zip(self.columns, row))
+            table.add_row(*(cells[name] for name in names))
+        return table
+
+
+def _text(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
 def _status(record: dict[str, Any]) -> Text:
-    reason = f"\n{record['reason'][:120]}" if record["reason"] else ""
-    return plain((record["status"], STATUS_STYLE[record["status"]]), reason)
+    """The status word; its reason prints under the table, where a narrow terminal has room for it."""
+    return plain((record["status"], STATUS_STYLE[record["status"]]))
 
 
 class RunProgress(RunObserver):
@@ -125,13 +185,18 @@ def run_observer(total_trials: int | None, quiet: bool, stream: TextIO) -> RunOb
 
 
 class ResultsTable:
-    def __init__(self, records: list[dict[str, Any]]):
-        self.records = records
+    #: never cut, whatever the terminal's width (the rest fold under their row)
+    KEY_COLUMNS = ("backend", "status", "precision", "images/sec", "95% CI")
+
+    def __init__(self, records: list[dict[str, Any]], wide: bool = False):
+        self.records, self.wide = records, wide
 
     def print(self, out: Console | None = None) -> None:
         out = out or console()
-        out.print(self.table())
+        self.table().print(out)
         for r in self.records:
+            if r["reason"]:
+                out.print(plain((r["status"], STATUS_STYLE[r["status"]]), f" {backend_label(r)}: {r['reason']}"))
             for warning in r["warnings"]:
                 out.print(plain(("warning", "yellow"), f" {backend_label(r)}: {warning}"))
 
@@ -144,10 +209,8 @@ class ResultsTable:
         unit = "pair" if kind == "lockstep" else "round"
         return f"accelbench results ({kind}, {rounds} {unit}{'s' if rounds != 1 else ''})"
 
-    def table(self) -> Table:
-        table = Table(title=self.title())
-        for column in COLUMNS:
-            table.add_column(column, justify="right" if column in NUMERIC_COLUMNS else "left")
+    def table(self) -> FoldingTable:
+        table = FoldingTable(self.title(), COLUMNS, self.KEY_COLUMNS, NUMERIC_COLUMNS, self.wide)
         for record in self.records:
             table.add_row(*self._row(record))
         return table
@@ -185,10 +248,10 @@ class TrainingTable(ResultsTable):
     COLUMNS = ("backend", "status", "precision", "model", "batch", "target", "best top-1 (epoch)",
                "epochs to target", "time to target", "train img/s", "cost to target")
 
-    def table(self) -> Table:
-        table = Table(title="accelbench training (time to accuracy)")
-        for column in self.COLUMNS:
-            table.add_column(column)
+    KEY_COLUMNS = ("backend", "status", "best top-1 (epoch)", "epochs to target", "time to target")
+
+    def table(self) -> FoldingTable:
+        table = FoldingTable("accelbench training (time to accuracy)", self.COLUMNS, self.KEY_COLUMNS, (), self.wide)
         for record in self.records:
             table.add_row(*self._training_row(record))
         return table
@@ -217,25 +280,27 @@ VERDICT_STYLE = {"within": "green", "outside": "red", "undecided": "yellow", "ah
 
 
 class ComparisonTable:
-    def __init__(self, results: list, tolerance: float | None, margin: float | None = None):
-        self.results, self.tolerance, self.margin = results, tolerance, margin
+    def __init__(self, results: list, tolerance: float | None, margin: float | None = None, wide: bool = False):
+        self.results, self.tolerance, self.margin, self.wide = results, tolerance, margin, wide
 
     def print(self, out: Console | None = None) -> None:
         out = out or console()
         bound = (f" (tolerance ±{self.tolerance:.1%})" if self.tolerance else
                  f" (margin {self.margin:.1%}: is A at least B?)" if self.margin else "")
-        table = Table(title=f"accelbench comparison: A / B images/sec{bound}")
         levels = {r.confidence for r in self.results}
         interval = _interval_header(self.results)
-        for column in ("A", "B", "config", "A img/s", "B img/s", "ratio", interval, "verdict", "samples",
-                       "analysis", "note"):
-            table.add_column(column, justify="right" if column in ("A img/s", "B img/s", "ratio", interval) else "left")
+        table = FoldingTable(f"accelbench comparison: A / B images/sec{bound}",
+                             ("A / B", "config", "A img/s", "B img/s", "ratio", interval, "verdict", "samples",
+                              "analysis", "note"),
+                             ("A / B", "ratio", interval, "verdict"), ("A img/s", "B img/s", "ratio", interval),
+                             self.wide)
         for r in self.results:
             level = "" if len(levels) <= 1 else f" ({r.confidence:.2%})"
-            table.add_row(plain(r.a), plain(r.b), plain(r.config), f"{r.a_images_per_sec:.2f}",
+            # A over B in one cell: two names side by side would not fit 80 columns with the figures
+            table.add_row(plain(f"{r.a}\n/ {r.b}"), plain(r.config), f"{r.a_images_per_sec:.2f}",
                           f"{r.b_images_per_sec:.2f}", f"{r.ratio:.3f}", f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}{level}",
                           plain((r.verdict or "-", VERDICT_STYLE[r.verdict])), r.samples, r.analysis, plain(r.note))
-        out.print(table)
+        table.print(out)
         for r in self.results:
             if r.per_unit:
                 unit = "pair" if "pairs" in r.samples else "round"
