@@ -10,9 +10,11 @@ Two analyses, and the output says which one it used:
   in blocks; the pair's ratio is one sample, and the t-interval is over the pairs' log-ratios. A
   comparison resting on a block in which other processes took more than ``busy.BUSY_SHARE`` of
   the machine is ``undecided``, with a note naming the load: a busy machine never gives a verdict.
-- **unpaired**, otherwise: a percentile bootstrap over each side's trials (or, with one trial,
-  over its timed steps). Such an interval sees no run-to-run variation, so a comparison resting on
-  one trial (or one round) per side is never ``within`` or ``outside``: it is ``undecided``.
+- **unpaired**, otherwise: Welch's t-interval on the two sides' trial log-rates when each has
+  two trials or more (a t-interval holds at small samples, where a percentile bootstrap over two
+  trials would be little more than their span); with one trial on a side, a percentile bootstrap
+  over the timed steps. That interval sees no run-to-run variation, so a comparison resting on one
+  trial (or one round) per side is never ``within`` or ``outside``: it is ``undecided``.
 
 - ``within``: the whole interval lies inside [1 - t, 1 + t]
 - ``outside``: the whole interval lies outside it
@@ -43,6 +45,7 @@ from .stats import BOOTSTRAP_RESAMPLES
 EXIT_CODES = {"within": 0, "outside": 1, "undecided": 3, "ahead": 0, "not behind": 0, "behind": 1}
 PAIRED_ANALYSIS = "paired rounds (t-interval on log-ratios, order effect removed)"
 LOCKSTEP_ANALYSIS = "lockstep pairs of processes (t-interval on the pairs' log-ratios, order effect removed)"
+UNPAIRED_ANALYSIS = "unpaired trials (Welch t-interval on log-rates)"
 PAIRED_KINDS = ("interleaved", "lockstep")
 
 
@@ -64,7 +67,7 @@ class Comparison:
     samples: str
     verdict: str | None = None
     note: str = ""
-    #: ``PAIRED_ANALYSIS`` or "unpaired bootstrap over trials|timed steps"
+    #: ``PAIRED_ANALYSIS``, ``LOCKSTEP_ANALYSIS``, ``UNPAIRED_ANALYSIS`` or "unpaired bootstrap over timed steps"
     analysis: str = ""
     #: the interval rests on one round or one trial per side: nothing can be decided from it
     single_sample: bool = False
@@ -214,7 +217,7 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
         per_unit = [x / y for x, y in zip(paired[0], paired[1])]
     else:
         point, ci, count, unit, samples = _unpaired(a.record, b.record, seed, confidence)
-        analysis = f"unpaired bootstrap over {unit}"
+        analysis = UNPAIRED_ANALYSIS if unit == "trials" else "unpaired bootstrap over timed steps"
     result = Comparison(a.label, b.label, key, a.record["throughput"]["images_per_sec"],
                         b.record["throughput"]["images_per_sec"], point, ci, samples, analysis=analysis,
                         confidence=confidence, per_unit=per_unit)
@@ -298,29 +301,30 @@ def _trials_by_round(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 def _unpaired(a: dict[str, Any], b: dict[str, Any], seed: int,
               confidence: float) -> tuple[float, tuple[float, float], int, str, str]:
+    """A/B of two runs of separate invocations: Welch's t on the trials' log-rates when both
+    sides have several trials; else a bootstrap over timed steps, whose interval holds
+    step-to-step noise only (the caller withholds a verdict from it)."""
+    point = a["throughput"]["images_per_sec"] / b["throughput"]["images_per_sec"]
+    if len(a["trials"]) > 1 and len(b["trials"]) > 1:
+        rates = [[t["images"] / t["wall_time_s"] for t in r["trials"]] for r in (a, b)]
+        ci = stats.welch_ratio_interval(*rates, point, confidence)
+        count_a, count_b = len(a["trials"]), len(b["trials"])
+        return point, ci, min(count_a, count_b), "trials", f"{count_a} vs {count_b} trials"
     rng = np.random.default_rng(seed)
-    samples_a, unit_a, count_a = _throughput_samples(a, rng)
-    samples_b, unit_b, count_b = _throughput_samples(b, rng)
+    samples_a, count_a = _throughput_samples(a, rng)
+    samples_b, count_b = _throughput_samples(b, rng)
     tail = (1 - confidence) / 2 * 100
     low, high = (float(x) for x in np.percentile(samples_a / samples_b, [tail, 100 - tail]))
-    point = a["throughput"]["images_per_sec"] / b["throughput"]["images_per_sec"]
-    unit = unit_a if unit_a == unit_b else "timed steps"
-    samples = f"{count_a} vs {count_b} {unit}" if unit_a == unit_b else f"{count_a} {unit_a} vs {count_b} {unit_b}"
-    return point, (low, high), min(count_a, count_b), unit, samples
+    return point, (low, high), min(count_a, count_b), "timed steps", f"{count_a} vs {count_b} timed steps"
 
 
-def _throughput_samples(record: dict[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, str, int]:
-    """Bootstrap images/sec: over trials when there are several, else over the timed steps."""
-    trials = record["trials"]
-    if len(trials) > 1:
-        images = np.array([t["images"] for t in trials], float)
-        walls = np.array([t["wall_time_s"] for t in trials], float)
-        idx = rng.integers(0, len(trials), size=(BOOTSTRAP_RESAMPLES, len(trials)))
-        return images[idx].sum(axis=1) / walls[idx].sum(axis=1), "trials", len(trials)
-    steps = np.array(trials[0]["step_times_s"], float)
+def _throughput_samples(record: dict[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Bootstrap images/sec over the timed steps of every trial (a side with one trial, beside
+    which the other's trials are no help: the comparison rests on step-to-step noise)."""
+    steps = np.concatenate([np.asarray(t["step_times_s"], float) for t in record["trials"]])
     images_per_step = record["batch"]["global"]
     idx = rng.integers(0, steps.size, size=(BOOTSTRAP_RESAMPLES, steps.size))
-    return images_per_step / steps[idx].mean(axis=1), "timed steps", steps.size
+    return images_per_step / steps[idx].mean(axis=1), steps.size
 
 
 def verdict(point: float, ci: tuple[float, float], tolerance: float, samples: int, unit: str) -> tuple[str, str]:

@@ -3,8 +3,11 @@
 - images/sec = images in the timed steps / wall time of those steps (pooled over trials)
 - jitter = 1.4826 x median absolute deviation (a robust stdev)
 - cv = stdev / mean of step times; above ``CV_WARNING`` the record carries a warning
-- 95% CI for images/sec: percentile bootstrap; over trials when there are several (each trial
-  is an independent process), else over the steps of the single trial
+- 95% CI for images/sec: over trials when there are several (each trial an independent
+  process), a Student-t interval on the trials' log-rates (n - 1 degrees of freedom: it holds at
+  two trials, where a percentile bootstrap has three distinct resamples and is little more than
+  their span); with one trial a percentile bootstrap over its steps (step-to-step noise only)
+- two runs of separate invocations: Welch's t-interval on the difference of their log-rates
 - paired ratio of two runs interleaved in rounds (or lockstep pairs): t-interval on the log-ratios
 - lockstep's blocks per pair: the two-stage sampling optimum from the within- and between-pair variances
 - trend: slope of a run's images/sec over its rounds, tested against zero (drift diagnostic)
@@ -46,22 +49,60 @@ def step_time_summary(step_times: Sequence[float]) -> StepTimeSummary:
                            cv=stdev / mean if mean > 0 else 0.0)
 
 
+#: how a record's interval over several trials is computed (``throughput.ci_method``)
+TRIALS_METHOD = "t-interval on log trial rates"
+STEPS_METHOD = "bootstrap over steps"
+
+
 def throughput_ci(images: Sequence[int], walls: Sequence[float], step_times: Sequence[float],
                   images_per_step: float, seed: int = 0) -> tuple[tuple[float, float], str]:
-    """95% percentile-bootstrap interval for pooled images/sec, and how it was computed."""
-    rng = np.random.default_rng(seed)
+    """95% interval for pooled images/sec, and how it was computed: over several trials a
+    t-interval on their log-rates, centred on the pooled rate; over one trial's steps a
+    percentile bootstrap (many samples, but only step-to-step noise: the method says so)."""
     if len(walls) > 1:
-        imgs, wall = np.asarray(images, float), np.asarray(walls, float)
-        idx = rng.integers(0, len(wall), size=(BOOTSTRAP_RESAMPLES, len(wall)))
-        samples = imgs[idx].sum(axis=1) / wall[idx].sum(axis=1)
-        method = "bootstrap over trials"
-    else:
-        t = np.asarray(step_times, float)
-        idx = rng.integers(0, len(t), size=(BOOTSTRAP_RESAMPLES, len(t)))
-        samples = images_per_step * len(t) / t[idx].sum(axis=1)
-        method = "bootstrap over steps"
+        rates = np.asarray(images, float) / np.asarray(walls, float)
+        pooled = float(np.sum(images)) / float(np.sum(walls))
+        return log_rate_interval(rates, pooled), TRIALS_METHOD
+    rng = np.random.default_rng(seed)
+    t = np.asarray(step_times, float)
+    idx = rng.integers(0, len(t), size=(BOOTSTRAP_RESAMPLES, len(t)))
+    samples = images_per_step * len(t) / t[idx].sum(axis=1)
     low, high = np.percentile(samples, [2.5, 97.5])
-    return (float(low), float(high)), method
+    return (float(low), float(high)), STEPS_METHOD
+
+
+def _t_quantile(confidence: float, dof: float) -> float:
+    from scipy import stats as scipy_stats
+
+    return float(scipy_stats.t.ppf(0.5 + confidence / 2, dof))
+
+
+def log_rate_interval(rates: Sequence[float], center: float, confidence: float = 0.95) -> tuple[float, float]:
+    """A Student-t interval (n - 1 degrees of freedom) for a rate from n >= 2 independent trials'
+    rates, on their logarithms (throughputs vary by factors, and their logs are close to normal),
+    centred on ``center`` (the pooled rate)."""
+    logs = np.log(np.asarray(rates, float))
+    if logs.size < 2:
+        raise ValueError("an interval over trials needs two trials or more")
+    half = _t_quantile(confidence, logs.size - 1) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
+    return center * math.exp(-half), center * math.exp(half)
+
+
+def welch_ratio_interval(a_rates: Sequence[float], b_rates: Sequence[float], ratio: float,
+                         confidence: float = 0.95) -> tuple[float, float]:
+    """The interval of A/B from two independent sets of trials (runs of separate invocations, so
+    nothing pairs them): Welch's t on the difference of the mean log-rates, with the
+    Welch-Satterthwaite degrees of freedom, centred on ``ratio`` (the pooled rates' ratio)."""
+    la, lb = np.log(np.asarray(a_rates, float)), np.log(np.asarray(b_rates, float))
+    if la.size < 2 or lb.size < 2:
+        raise ValueError("Welch's interval needs two trials or more on each side")
+    va, vb = float(la.var(ddof=1)) / la.size, float(lb.var(ddof=1)) / lb.size
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return ratio, ratio
+    dof = (va + vb) ** 2 / (va ** 2 / (la.size - 1) + vb ** 2 / (lb.size - 1))
+    half = _t_quantile(confidence, dof) * se
+    return ratio * math.exp(-half), ratio * math.exp(half)
 
 
 
@@ -109,9 +150,7 @@ def paired_ratio(a_rates: Sequence[float], b_rates: Sequence[float],
         se = float(logs.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
     if dof < 1:
         return RatioEstimate(math.exp(center), (math.exp(center), math.exp(center)), n)
-    from scipy import stats as scipy_stats
-
-    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, dof)) * se
+    half = _t_quantile(confidence, dof) * se
     return RatioEstimate(math.exp(center), (math.exp(center - half), math.exp(center + half)), n)
 
 

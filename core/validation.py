@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import UsageError
 
-RESULT_SCHEMA_VERSION = "1.9.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
+RESULT_SCHEMA_VERSION = "1.10.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
 #                                  1.3: interleaved schedule (schedule, trial round/times, trend);
 #                                  1.4: model, variant, precision, device kind and engine are any
 #                                  identifier a plugin declares (were closed lists);
@@ -18,7 +18,8 @@ RESULT_SCHEMA_VERSION = "1.9.0"  # 1.1: optional cost block; 1.2: train mode (mo
 #                                  1.7: environment.memory_returned_to_host (VM free page reporting);
 #                                  1.8: trials' process.anon_huge_pages_bytes (transparent huge pages);
 #                                  1.9: lockstep schedule (trials' blocks with the machine's foreign
-#                                  load, schedule.lockstep), schedule.looks and .confidence
+#                                  load, schedule.lockstep), schedule.looks and .confidence;
+#                                  1.10: throughput.ci_method "t-interval on log trial rates"
 
 
 @cache

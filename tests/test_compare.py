@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from accelbench.compare import Run, compare, exit_code, verdict
+from accelbench.compare import UNPAIRED_ANALYSIS, Run, compare, exit_code, verdict
 from conftest import load_records
 
 
@@ -49,7 +49,7 @@ def five_trials(testplugins_path):
 @pytest.mark.parametrize("scale, expected", [(1.00, "within"), (1.01, "within"), (1.05, "outside"), (0.95, "outside")])
 def test_verdicts_on_known_ratios(five_trials, scale, expected):
     # the other side's trials take `scale` times as long, so base / other = scale; two separate
-    # runs of 5 trials each: unpaired, bootstrap over trials. Trials vary by up to 0.6% run to
+    # runs of 5 trials each: unpaired, Welch's t over trials. Trials vary by up to 0.6% run to
     # run, each side its own way. Known wall times, not measured ones: two sleepy runs one after
     # the other on a loaded 2-core CI machine once came out 1.076 apart for a scale of 1.05
     base = with_trial_walls(five_trials, [0.400, 0.402, 0.398, 0.401, 0.399])
@@ -58,7 +58,7 @@ def test_verdicts_on_known_ratios(five_trials, scale, expected):
     assert result.ratio == pytest.approx(scale, rel=1e-9)  # both sides' walls sum to 2.000 s before scaling
     assert result.ci95[0] < result.ratio < result.ci95[1] and result.ci95[1] - result.ci95[0] < 0.02
     assert result.verdict == expected, (result.ratio, result.ci95)
-    assert result.analysis == "unpaired bootstrap over trials"
+    assert result.analysis == UNPAIRED_ANALYSIS
 
 
 def test_measured_runs_of_known_speed_compare_at_their_ratio():
@@ -82,7 +82,38 @@ def test_large_noise_is_undecided_never_a_false_within():
     assert verdicts == ["undecided"] * 3
 
 
-def test_trials_are_the_bootstrap_unit_when_there_are_several():
+@pytest.mark.parametrize("trials", [2, 3])
+def test_few_noisy_trials_are_undecided_by_their_own_spread(five_trials, trials):
+    """Runs of 2 or 3 trials that vary by ~4% from trial to trial, 1% apart: the interval must hold
+    that spread (a percentile bootstrap over 2 trials gave about their span, ±1%, and decided
+    'within'). Not the one-trial rule: the note gives the trials that would decide."""
+    base = with_trial_walls(five_trials, [0.400, 0.416, 0.386, 0.404, 0.395])
+    other = with_trial_walls(five_trials, [1.01 * w for w in (0.392, 0.410, 0.401, 0.385, 0.420)])
+    for record in (base, other):
+        del record["trials"][trials:]
+        record["throughput"]["images_per_sec"] = (sum(t["images"] for t in record["trials"])
+                                                  / sum(t["wall_time_s"] for t in record["trials"]))
+    [result] = compare([Run("base", base), Run("other", other)], tolerance=0.03)
+    assert result.analysis == UNPAIRED_ANALYSIS and result.samples == f"{trials} vs {trials} trials"
+    assert result.verdict == "undecided", (result.ratio, result.ci95)
+    assert "more trials would likely decide it" in result.note and not result.single_sample
+
+
+def test_two_trials_a_side_do_not_make_a_narrow_interval(five_trials):
+    """The review's case: walls 10.0/10.1 s against 10.05/10.15 s. A percentile bootstrap over
+    two trials gave [0.995, 1.015], 'within ±3%'; two trials a side leave Welch's t about two
+    degrees of freedom, and the interval (±3%) straddles the bound."""
+    base = with_trial_walls(five_trials, [0.400, 0.404, 0.4, 0.4, 0.4])
+    other = with_trial_walls(five_trials, [0.402, 0.406, 0.4, 0.4, 0.4])
+    for record in (base, other):
+        del record["trials"][2:]
+        record["throughput"]["images_per_sec"] = (sum(t["images"] for t in record["trials"])
+                                                  / sum(t["wall_time_s"] for t in record["trials"]))
+    [result] = compare([Run("base", base), Run("other", other)], tolerance=0.03)
+    assert (result.ci95[0] < 0.97 or result.ci95[1] > 1.03) and result.verdict == "undecided", result.ci95
+
+
+def test_trials_are_the_unit_when_there_are_several():
     [result] = compare([Run("a", sleepy_record(trials=3, steps=10)), Run("b", sleepy_record(trials=3, steps=10))], 0.03)
     assert result.samples == "3 vs 3 trials"
 

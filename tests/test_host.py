@@ -78,7 +78,7 @@ def test_trials_run_in_separate_processes_and_bootstrap_over_trials(accelbench_c
     assert result.returncode == 0, result.stderr
     [record] = load_records(out)
     assert [t["index"] for t in record["trials"]] == [0, 1, 2]
-    assert record["throughput"]["ci_method"] == "bootstrap over trials"
+    assert record["throughput"]["ci_method"] == "t-interval on log trial rates"
     assert record["throughput"]["images"] == 3 * 10 * 8
 
 

@@ -105,7 +105,7 @@ def test_the_sequential_schedule_puts_the_drift_into_the_ratio(accelbench_cli, t
     # the old order: all of A's trials, then all of B's; B ran later on a slower machine
     records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", "--schedule", "sequential", *drifting())
     result = paired(records)
-    assert result.analysis == "unpaired bootstrap over trials"
+    assert result.analysis == "unpaired trials (Welch t-interval on log-rates)"
     assert result.ratio > 1.03 and result.ci95[0] > 1.0, result
     assert result.verdict != "within"
 
