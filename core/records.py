@@ -354,10 +354,11 @@ def _add_training(record: Record, cfg: RunConfig, outcome: TrialOutcome) -> None
 def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps:
     """Steps actually run (the first trial's; every trial row has its own), and how their number
     was decided. In train mode: the first epoch is the warm-up, the later epochs' steps the timed
-    ones. A run that never stepped shows the counts it was given (0 timed steps for a time box)."""
-    trained = next((o.training for o in outcomes if o.training), None)
+    ones; a run of one epoch times that epoch and excludes nothing (the rules say so). A run that never stepped shows the counts it was given (0 timed steps for a time box)."""
+    trained = next((o for o in outcomes if o.training), None)
     if trained:
-        return Steps(trained.steps_per_epoch, max(1, len(outcomes[-1].timing.step_times)), 1)
+        steady = trained.timing
+        return Steps(steady.warmup_calls, max(1, steady.timed_calls), 1, steady.warmup_rule, steady.timed_rule)
     timing = next((o.timing for o in outcomes if o.timing), None)
     if timing:
         return Steps(timing.warmup_calls * per_call, timing.timed_calls * per_call, per_call,

@@ -143,11 +143,16 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
         if result.epochs_to_target is not None and spec.stop_at_target:
             break
     result.wall_time_s = time.perf_counter() - start
-    if not steady_times:  # one epoch only: its steps are all there is
-        steady_times, steady_losses = first.step_times, first.losses
-    result.steady = Timing(step_times=steady_times, wall_time_s=sum(steady_times),
-                           timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses,
-                           warmup_rule="the first epoch", timed_rule="the epochs after the first")
+    if steady_times:
+        result.steady = Timing(step_times=steady_times, wall_time_s=sum(steady_times),
+                               timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses,
+                               warmup_calls=first.timed_calls, warmup_rule="the first epoch",
+                               timed_rule="the epochs after the first")
+    else:  # one epoch only: its steps, graph building included, are all there is, and none was excluded
+        result.steady = Timing(step_times=first.step_times, wall_time_s=first.wall_time_s,
+                               timed_calls=first.timed_calls, steps_per_call=1, losses=first.losses,
+                               warmup_rule="none: one epoch ran, so it is timed, graph building included",
+                               timed_rule="the one epoch")
     return result
 
 

@@ -258,3 +258,18 @@ def test_a_record_says_whether_this_machine_hands_memory_back_to_its_host(good_r
 
     environment = good_record["records"][0]["environment"]
     assert environment.get("memory_returned_to_host") is memory_returned_to_host()
+
+
+def test_throughput_over_trials_is_pooled_images_over_wall_never_a_mean_of_rates():
+    """Trials of different speeds: 80 images in 10 s and 80 in 20 s pool to 160 / 30 = 5.33
+    images/sec; the mean of the trials' rates would say 6.0."""
+    from accelbench import records
+    from accelbench.config import RunConfig
+
+    trials = [records.TrialRow(i, "ok", "", 80, wall, 80 / wall, [wall / 10] * 10, [1.0] * 10)
+              for i, wall in enumerate((10.0, 20.0))]
+    throughput, _, _ = records.statistics(trials, RunConfig(global_batch=8))
+    assert throughput.images_per_sec == pytest.approx(160 / 30, rel=1e-12)
+    assert throughput.images == 160 and throughput.wall_time_s == 30.0
+    low, high = throughput.ci95
+    assert low < 160 / 30 < high and throughput.ci_method == "t-interval on log trial rates"

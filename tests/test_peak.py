@@ -8,6 +8,7 @@ import pytest
 from accelbench import peak_measure
 from accelbench.environment import cpu_flags, cpu_model
 from accelbench.registry import PluginHost
+from accelbench.timing import Timing
 
 FRAMEWORKS = {"tf_benchmarks": "tensorflow", "mxnet_ngc": "mxnet", "torch_ref": "torch"}
 NATIVE_BF16 = bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
@@ -137,3 +138,39 @@ def test_an_emulated_bf16_peak_is_quick_and_says_so():
     assert [w for w in outcome.warnings if w.startswith("bf16 is emulated")], outcome.warnings
     if outcome.measurement.size < 2048:  # slow enough to be measured smaller: the warning says why
         assert any(w.endswith(f"the peak is of {outcome.measurement.size}² products") for w in outcome.warnings)
+
+
+class _KnownTimeWorker:
+    """A worker whose products take known wall times: the peak's arithmetic is checked against
+    them exactly (2·n³ FLOPs a product, the best repeat), where a factor of two would pass a
+    '> 0 GFLOP/s' check."""
+
+    walls = [0.50, 0.40, 0.45]
+
+    def __init__(self, ref, config, label, python=None):
+        pass
+
+    def call(self, command, *args):
+        if command == "check":
+            return None
+        if command == "prepare_matmul":
+            from accelbench import Prepared
+            return Prepared(device_name="known cpu", framework_version="1.0")
+        calls, repeats = args
+        assert repeats == len(self.walls)
+        return [Timing(step_times=[w / calls] * calls, wall_time_s=w, timed_calls=calls, steps_per_call=1)
+                for w in self.walls]
+
+    def close(self):
+        pass
+
+
+def test_the_peak_is_two_n_cubed_per_product_over_the_best_repeats_time(testplugins_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    monkeypatch.setattr(peak_measure, "Worker", _KnownTimeWorker)
+    [ref] = PluginHost().select(backends=["sleepy:fixed-time"])
+    outcome = peak_measure.measure(ref, "fp32", "cpu", size=256, repeats=3)
+    assert outcome.status == "ok", outcome.reason
+    expected = peak_measure.CALLS_PER_REPEAT * 2 * 256 ** 3 / 0.40
+    assert outcome.measurement.flops_per_s == pytest.approx(expected, rel=1e-12)
+    assert outcome.measurement.size == 256 and outcome.measurement.device_name == "known cpu"

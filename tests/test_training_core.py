@@ -131,6 +131,14 @@ def test_a_folder_without_manifest_is_not_a_dataset(tmp_path):
         datasets.load(tmp_path)
 
 
-def test_a_single_epoch_run_times_that_epoch():
+def test_a_single_epoch_run_times_that_epoch_and_says_nothing_was_excluded():
     result = training.train(ScriptedBackend([0.99]), spec(max_epochs=1), steps_per_epoch=5, global_batch=64)
     assert result.steady.timed_calls == 5 and result.steady.wall_time_s == pytest.approx(result.train_time_s)
+    assert result.steady.warmup_calls == 0 and result.steady.warmup_rule.startswith("none: one epoch ran")
+
+
+def test_a_run_of_several_epochs_excludes_exactly_the_first():
+    result = training.train(ScriptedBackend([0.5, 0.6, 0.7]), spec(max_epochs=3, target_top1=0.99),
+                            steps_per_epoch=5, global_batch=64)
+    assert result.steady.warmup_calls == 5 and result.steady.timed_calls == 10
+    assert result.steady.warmup_rule == "the first epoch" and result.steady.timed_rule == "the epochs after the first"
