@@ -165,6 +165,7 @@ def test_the_summary_holds_the_reference_rows_under_one_header(check, tmp_path):
 @pytest.mark.parametrize("kind, name, precision, devices, tflops", [
     ("gpu", "NVIDIA H200", "bf16", 1, 989.5), ("gpu", "NVIDIA H200 NVL", "bf16", 1, 835.5),
     ("gpu", "NVIDIA H100 80GB HBM3", "fp32", 1, 494.5), ("gpu", "NVIDIA H100 PCIe", "fp16", 2, 1513.0),
+    ("gpu", "NVIDIA H100 NVL", "bf16", 1, 835.5),
     ("gpu", "Tesla V100-SXM2-16GB", "fp16", 4, 500.0), ("gpu", "Tesla V100-SXM2-16GB", "bf16", 1, None),
     ("tpu", "v2-8", "bf16", 4, 180.0), ("gpu", "AMD Instinct MI300X", "bf16", 1, None), ("cpu", "AMD EPYC", "fp32", 1, None),
 ])

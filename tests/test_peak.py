@@ -174,3 +174,17 @@ def test_the_peak_is_two_n_cubed_per_product_over_the_best_repeats_time(testplug
     expected = peak_measure.CALLS_PER_REPEAT * 2 * 256 ** 3 / 0.40
     assert outcome.measurement.flops_per_s == pytest.approx(expected, rel=1e-12)
     assert outcome.measurement.size == 256 and outcome.measurement.device_name == "known cpu"
+
+
+def test_mxnet_names_its_peak_as_its_records_name_the_device(monkeypatch):
+    """A peak is found by the records of the device it was measured on, by name: MXNet's own
+    'gpu(0)' would never match the nvidia-smi name its records carry."""
+    from accelbench import environment
+    from accelbench.config import RunConfig
+    from accelbench.plugins.mxnet_ngc import training
+
+    monkeypatch.setattr(environment, "gpus", lambda: [{"name": "NVIDIA H100 NVL", "driver": "580"}])
+    assert training.device_name(RunConfig(device="gpu")) == "NVIDIA H100 NVL"
+    outcome = peak_measure.measure(_ref("mxnet_ngc"), "fp32", "cpu", size=128, repeats=1)
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.measurement.device_name == cpu_model() == training.device_name(RunConfig(device="cpu"))

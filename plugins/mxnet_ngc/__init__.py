@@ -60,7 +60,9 @@ class NgcResNet50(RunBackend):
         self.mx, self.size = mx, size
         self.operands = [mx.nd.random.normal(shape=(size, size), ctx=context).astype(dtype) for _ in range(2)]
         output = self._product()
-        return Prepared(device_name=f"{context}", framework_version=mx.__version__,
+        # named as its records name the device (nvidia-smi's name on a GPU, not MXNet's "gpu(0)"),
+        # so that the peak cached under this name is found by the records of the same device
+        return Prepared(device_name=training.device_name(config), framework_version=mx.__version__,
                         settings={"operator": "FullyConnected", "output_dtype": _dtype_name(output.dtype),
                                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
                                   "onednn_max_cpu_isa": training.onednn.ceiling()})

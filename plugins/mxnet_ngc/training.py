@@ -201,7 +201,7 @@ class GluonRun:
         emulated = self._bf16_emulation(onednn_settings)
         return Prepared(
             warnings=[emulated] if emulated else [],
-            device_name=_device_name(self.config),
+            device_name=device_name(self.config),
             flops_per_image=training_flops(self.macs),
             data_placement="device",
             framework_version=mx.__version__,
@@ -259,7 +259,8 @@ class GluonRun:
         return worst
 
 
-def _device_name(config: RunConfig) -> str:
+def device_name(config: RunConfig) -> str:
+    """The device as every MXNet record and measured peak names it."""
     if config.device == "gpu":
         from accelbench.environment import gpus
 
