@@ -8,8 +8,10 @@ pytest fixture). Each check raises ``ContractViolation`` (an AssertionError) say
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+import time
 from typing import Any
 
 from . import records, runner
@@ -20,6 +22,9 @@ from .registry import PluginHost
 #: an async step returns at once and the work lands on a later step: mean >> median, tiny minimum
 ASYNC_MEAN_OVER_MEDIAN = 3.0
 ASYNC_MIN_OVER_MEDIAN = 0.05
+#: a step after an idle pause that takes less than this share of a back-to-back step found its
+#: predecessor's work done during the pause: the work spilled past step()'s return
+SPILL_GAPPED_OVER_BACK_TO_BACK = 0.7
 
 
 class ContractViolation(AssertionError):
@@ -30,6 +35,7 @@ def check_all(backend: str, **config: Any) -> dict:
     describes_without_framework(backend)
     refuses_bad_config(backend)
     step_syncs(backend, **config)
+    work_stays_in_its_step(backend, **config)
     return record_validates(backend, **config)
 
 
@@ -79,6 +85,29 @@ def step_syncs(backend: str, timed_steps: int = 12, **config: Any) -> dict:
         raise ContractViolation(f"{backend}: step times look asynchronous (min {times[0]:.2e} s, median "
                                 f"{median:.2e} s, mean {mean:.2e} s): step() must return after the device finished")
     return record
+
+
+def work_stays_in_its_step(backend: str, calls: int = 5, **config: Any) -> tuple[float, float]:
+    """A step's work ends before its ``step()`` returns. A step that leaves its last work running
+    (an asynchronous framework without a final sync, e.g. MXNet's update without ``waitall``) is
+    finished by the next step's first wait, so back-to-back steps take as long as synced ones and
+    ``step_syncs`` cannot see it; but a step after an idle pause finds its predecessor's work done
+    and returns early. Returns the median seconds of back-to-back and of paused steps."""
+    session = runner.BackendSession(_ref(backend), RunConfig.from_dict({"warmup_steps": 0, **config}))
+    try:
+        session.steps(2)  # warm-up
+        session.steps(calls)
+        back_to_back = statistics.median(session.call_times[-calls:])
+        for _ in range(calls):
+            time.sleep(max(1.5 * back_to_back, 0.01))  # long enough for spilled work to finish
+            session.step()
+        paused = statistics.median(session.call_times[-calls:])
+    finally:
+        session.close()
+    if paused < SPILL_GAPPED_OVER_BACK_TO_BACK * back_to_back:
+        raise ContractViolation(f"{backend}: a step after an idle pause took {paused:.2e} s against {back_to_back:.2e} s "
+                                "back to back: its work spills past step()'s return (sync the device before returning)")
+    return back_to_back, paused
 
 
 def record_validates(backend: str, **config: Any) -> dict:

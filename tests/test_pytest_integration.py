@@ -71,6 +71,19 @@ def test_contract_passes_for_a_good_backend_and_catches_an_async_step(testplugin
     assert record["status"] == "ok"
     with pytest.raises(ContractViolation, match="look asynchronous"):
         contract.step_syncs("misbehaving:async-step", timed_steps=20)
+
+
+def test_the_contract_catches_work_that_spills_past_its_step(testplugins_path, monkeypatch):
+    """Back to back a spilling step looks synced (each waits for the last one's work), so the
+    step-time check passes it; a step after an idle pause returns early, and that is caught."""
+    from accelbench import contract
+
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    contract.step_syncs("misbehaving:spilling-step", timed_steps=20)
+    with pytest.raises(ContractViolation, match="spills past step"):
+        contract.work_stays_in_its_step("misbehaving:spilling-step")
+    back_to_back, paused = contract.work_stays_in_its_step("sleepy:fixed-time", options={"step_ms": 20})
+    assert paused >= 0.7 * back_to_back
     with pytest.raises(ContractViolation, match="run ended failed"):
         contract.record_validates("misbehaving:raises")
 

@@ -63,6 +63,23 @@ class AsyncStep(accelbench.Backend):
             time.sleep(0.05)
 
 
+class SpillingStep(accelbench.Backend):
+    """Leaves each step's work running when it returns (as MXNet without ``waitall``): the next
+    step waits for it first. Back to back every step takes the work's time; after a pause none."""
+
+    info = accelbench.BackendInfo(name="spilling-step", framework="none", requires=(), models=MODELS)
+    WORK_S = 0.02
+
+    def prepare(self, config):
+        self.done_at = time.perf_counter()
+        return accelbench.Prepared(device_name="test cpu")
+
+    def step(self):
+        while time.perf_counter() < self.done_at:  # the previous step's work, still running
+            pass
+        self.done_at = time.perf_counter() + self.WORK_S  # this step's, left running
+
+
 class Unavailable(accelbench.Backend):
     info = accelbench.BackendInfo(name="needs-gpu", framework="none", requires=(), models=MODELS,
                                   devices=("cpu", "gpu"))
@@ -81,5 +98,6 @@ def register_backends(register):
     for name in ("raises", "exits", "segfaults", "hangs", "oom"):
         register(Misbehaving(name))
     register(AsyncStep())
+    register(SpillingStep())
     register(Unavailable())
     register(MissingFramework())
