@@ -89,7 +89,7 @@ def step_syncs(backend: str, timed_steps: int = 12, **config: Any) -> dict:
 
 def work_stays_in_its_step(backend: str, calls: int = 5, **config: Any) -> tuple[float, float]:
     """A step's work ends before its ``step()`` returns. A step that leaves its last work running
-    (an asynchronous framework without a final sync, e.g. MXNet's update without ``waitall``) is
+    (an asynchronous framework without a final sync before it returns) is
     finished by the next step's first wait, so back-to-back steps take as long as synced ones and
     ``step_syncs`` cannot see it; but a step after an idle pause finds its predecessor's work done
     and returns early. Returns the median seconds of back-to-back and of paused steps."""

@@ -1,0 +1,33 @@
+"""The plugin author's whole surface: everything a plugin may import from accelbench.
+
+``import accelbench.api as accelbench`` (or the same names from the top-level package) is what
+the built-in plugins use, and a test holds them to it. Names here keep their meaning within one
+``PLUGIN_API`` version; a change that breaks a plugin bumps it, and a removed field or method
+answers with one line naming its replacement (``accelbench.backend.MIGRATIONS``).
+
+- the protocol: ``Backend`` (what a backend implements), ``BackendInfo`` (what it declares),
+  ``Prepared`` (what ``prepare`` reports), ``Option`` (a typed backend option), ``RunConfig``
+  (the resolved run it is given), ``hookimpl`` (marks ``register_backends``)
+- a backend driven by a step loop of its own framework objects: ``RunBackend``
+- several workers: ``Engine``, ``LaunchPlan``, ``LocalCluster``, ``ClusterRank``
+- helpers: ``training_flops`` (FLOPs of a training step from counted multiply-adds),
+  ``cpu_flags``, ``cpu_model``, ``gpus`` (what the machine has), ``describe_preprocessing`` and
+  ``EVAL_CROP_FRACTION`` (train mode's ImageNet preprocessing, described alike by every plugin),
+  ``UsageError`` (bad input: one line, exit 2)
+"""
+
+from .backend import Backend, BackendInfo, Option, Prepared, RunBackend, training_flops
+from .config import RunConfig
+from .environment import cpu_flags, cpu_model, gpus
+from .errors import UsageError
+from .hookspecs import hookimpl
+from .launch import ClusterRank, Engine, LaunchPlan, LocalCluster
+from .training import EVAL_CROP_FRACTION, describe_preprocessing
+
+#: the version of this surface; a plugin may declare the one it was written for (``PLUGIN_API``
+#: in its module): a plugin written for another major version is told what changed
+PLUGIN_API = "2.0"
+
+__all__ = ["PLUGIN_API", "Backend", "BackendInfo", "ClusterRank", "EVAL_CROP_FRACTION", "Engine", "LaunchPlan",
+           "LocalCluster", "Option", "Prepared", "RunBackend", "RunConfig", "UsageError", "cpu_flags", "cpu_model",
+           "describe_preprocessing", "gpus", "hookimpl", "training_flops"]
