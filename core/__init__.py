@@ -1,10 +1,8 @@
 """accelbench: a multi-framework plugin benchmark suite for deep-learning training.
 
-The public face for plugin authors: ``hookimpl``, the backend protocol and ``RunConfig``.
+The public face for plugin authors is ``accelbench.api`` (versioned: ``PLUGIN_API``); its names
+are re-exported here, so ``import accelbench`` and ``accelbench.Backend`` work as well.
 """
 
-from .backend import Backend, BackendInfo, Option, Prepared
-from .config import RunConfig
-from .hookspecs import hookimpl
-
-__all__ = ["Backend", "BackendInfo", "Option", "Prepared", "RunConfig", "hookimpl"]
+from .api import *  # noqa: F401,F403
+from .api import __all__  # noqa: F401

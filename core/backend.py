@@ -25,6 +25,7 @@ The epoch loop, learning-rate schedule and stopping rule are core's (``accelbenc
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -195,6 +196,40 @@ def _tuple_problems(what: str, value: Any, allow_empty: bool) -> list[str]:
 def _name_problems(what: str, names: Any) -> list[str]:
     return [f"{what}: {name!r} is not a name (letters, digits, _ . + -)" for name in names
             if not isinstance(name, str) or not IDENTIFIER.match(name)]
+
+
+class PluginAPIError(TypeError):
+    """A plugin uses a name the plugin API removed; the message is one line naming its replacement."""
+
+
+#: what plugin API 1's ``BackendInfo`` took that API 2 does not, and what replaced it
+REMOVED_IN_API_2 = {
+    "default_variant": "list the default first in variants={model: (default, ...)}",
+    "default_precision": "list the default first in precisions=(default, ...)",
+}
+
+
+def _migrating(init):
+    """``BackendInfo.__init__``, answering a plugin written for plugin API 1 with one line naming
+    what replaced the field it used, where Python would say only 'unexpected keyword argument'."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        for name, replacement in REMOVED_IN_API_2.items():
+            if name in kwargs:
+                raise PluginAPIError(f"BackendInfo: {name!r} was removed in plugin API 2: {replacement}")
+        if "models" not in kwargs and len(args) < 4:
+            raise PluginAPIError("BackendInfo: 'models' is required since plugin API 2 (it defaulted to "
+                                 "('resnet50',)): name the models the backend trains, e.g. models=('resnet50',)")
+        if isinstance(kwargs.get("variants"), (tuple, list)):
+            raise PluginAPIError("BackendInfo: variants is a dict {model: (default, ...)} since plugin API 2 "
+                                 "(it was one tuple for the one model)")
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+BackendInfo.__init__ = _migrating(BackendInfo.__init__)  # type: ignore[method-assign]
 
 
 @dataclass

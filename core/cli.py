@@ -395,7 +395,7 @@ def env_create(plugin_names, env_matrix) -> None:
 
     matrix = [envs.parse_requirements(e) for e in env_matrix]
     refs = PluginHost().select(plugin_names)
-    wanted = {s.spec for r in refs for s in envs.setups(r.backend.describe().environment, r.plugin.name, {}, matrix)
+    wanted = {s.spec for r in refs for s in envs.setups_for(r, {}, matrix)
               if s.spec is not None}
     if not wanted:
         raise UsageError("no selected backend declares an environment (give --env to make one)")
@@ -418,8 +418,9 @@ def env_list() -> None:
 
     for entry in envs.listing():
         installed = ", ".join(f"{name} {version}" for name, version in entry["installed"].items())
+        serves = f"  plugin {entry['plugin']}" if entry["plugin"] else ""
         click.echo(f"{entry['path']}  python {entry['python']}  {entry['size_mb']} MB  "
-                   f"{', '.join(entry['requirements']) or '-'}  [{installed or 'versions not recorded'}]")
+                   f"{', '.join(entry['requirements']) or '-'}{serves}  [{installed or 'versions not recorded'}]")
 
 
 @env.command("remove")
@@ -430,6 +431,23 @@ def env_remove(keys) -> None:
 
     for path in envs.remove(tuple(keys)):
         click.echo(f"removed {path}")
+
+
+@cli.command("new-plugin")
+@click.argument("name")
+@click.option("--framework", metavar="PKG", help="The distribution the plugin's framework comes from: the backend "
+                                                 "declares it as its worker environment (a Python of its own).")
+@click.option("--dir", "folder", type=click.Path(file_okay=False), help="Where to write it (default ./accelbench-NAME).")
+def new_plugin(name: str, framework: str | None, folder: str | None) -> None:
+    """Write a minimal plugin distribution NAME to start from: pyproject.toml with the entry
+    point, a backend, a contract test and a README; `pip install -e .` and `pytest` pass as it is."""
+    from . import scaffold
+
+    scaffold.check_name(name)
+    target = Path(folder or f"accelbench-{name.replace('_', '-')}")
+    for path in scaffold.write(name, target, framework):
+        click.echo(f"wrote {path}")
+    click.echo(f"next: cd {target} && pip install -e '.[test]' && pytest && accelbench run --plugin {name}")
 
 
 @cli.command()

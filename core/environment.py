@@ -122,6 +122,7 @@ def tpus() -> list[dict]:
 
 
 def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (the platform's processor string elsewhere)."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:

@@ -18,7 +18,8 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 from importlib import metadata
 from pathlib import Path
 
@@ -31,27 +32,41 @@ MANIFEST = "accelbench-env.json"
 INSTALL_TIMEOUT_S = 3600
 
 
+if TYPE_CHECKING:
+    from .registry import BackendRef
+
+
 class EnvironmentError_(Exception):
     """An environment could not be made; the message is the installer's own last line."""
 
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What an environment must hold, beyond accelbench: requirement strings, in order."""
+    """What an environment must hold, beyond accelbench: requirement strings, in order, and the
+    distribution of a third-party plugin (its pip arguments, and its name and version), which its
+    workers import the plugin from."""
 
     requirements: tuple[str, ...]
+    #: how to install the plugin's own distribution here, as the host has it (``plugin_install_args``)
+    plugin: tuple[str, ...] = ()
+    #: "name version" of that distribution: a new version makes a new environment
+    plugin_version: str = ""
 
     def key(self) -> str:
         # accelbench's source too: an environment holds accelbench editable from one source tree
-        text = json.dumps({"requirements": sorted(self.requirements), "worker": WORKER_PACKAGES,
-                           "python": sys.version.split()[0], "accelbench": _accelbench_version(),
-                           "source": _accelbench_source()}, sort_keys=True)
+        content = {"requirements": sorted(self.requirements), "worker": WORKER_PACKAGES,
+                   "python": sys.version.split()[0], "accelbench": _accelbench_version(),
+                   "source": _accelbench_source()}
+        if self.plugin:  # only then: the built-ins' environments keep their keys
+            content.update(plugin=list(self.plugin), plugin_version=self.plugin_version)
+        text = json.dumps(content, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def with_overrides(self, extra: tuple[str, ...]) -> "EnvSpec":
         """These requirements, with ``extra`` replacing any of the same distribution (``--env``)."""
         names = {_requirement_name(r) for r in extra}
-        return EnvSpec(tuple(r for r in self.requirements if _requirement_name(r) not in names) + tuple(extra))
+        kept = tuple(r for r in self.requirements if _requirement_name(r) not in names)
+        return replace(self, requirements=kept + tuple(extra))
 
 
 @dataclass(frozen=True)
@@ -105,6 +120,11 @@ def create(env: Environment, say=print) -> float:
         # imports and what the backend needs, resolved together
         say("  installing accelbench (its worker's part)")
         _install(python, _accelbench_source(), "installing accelbench", no_deps=True)
+        if env.spec.plugin:  # first: a distribution that cannot be installed fails fast
+            what = f"installing the plugin's distribution {env.spec.plugin_version}"
+            say(f"  {what}")
+            # without its dependencies: what its worker needs is its backend's declared environment
+            _install(python, list(env.spec.plugin), what, no_deps=True)
         what = f"installing {', '.join(env.spec.requirements) or 'the worker packages'}"
         say(f"  {what}")
         _install(python, [*WORKER_PACKAGES, *env.spec.requirements], what)
@@ -147,7 +167,7 @@ def listing() -> list[dict]:
         data = json.loads(manifest.read_text())
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
         found.append({"path": str(path), "key": data["key"], "requirements": data["spec"]["requirements"],
-                      "installed": data.get("installed", {}),
+                      "plugin": data["spec"].get("plugin_version", ""), "installed": data.get("installed", {}),
                       "created_utc": data["created_utc"], "python": _python_version(path / "bin" / "python"),
                       "size_mb": round(size / 2**20)})
     return found
@@ -178,8 +198,11 @@ def _install(python: Path, requirements: list[str], what: str, no_deps: bool = F
 
 
 def _run(command: list[str], what: str) -> None:
+    # without the host's PYTHONPATH: the installer would take a distribution found there (a
+    # plugin's, say) as already installed in the environment
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=environ)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EnvironmentError_(f"{what}: {exc}") from None
     if done.returncode:
@@ -205,6 +228,34 @@ def _accelbench_source() -> list[str]:
             path = url.removeprefix("file://")
             return ["-e", path] if info.get("dir_info", {}).get("editable") else [path]
     return [f"accelbench=={dist.version}"]
+
+
+def plugin_install_args(dist: metadata.Distribution | None) -> tuple[str, ...]:
+    """How to install a plugin's distribution into a worker environment, as the host has it:
+    editable from its source folder when the host's is editable, the same wheel or folder when it
+    was installed from one, the same version from the index otherwise (PEP 610's direct_url.json
+    says which). Nothing for accelbench itself (the built-in plugins ship inside it)."""
+    if dist is None:
+        return ()
+    name = dist.metadata["Name"]
+    if _canonical(name) == "accelbench":
+        return ()
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        info = json.loads(direct)
+        url = info.get("url", "")
+        if url.startswith("file://"):
+            path = url.removeprefix("file://")
+            return ("-e", path) if info.get("dir_info", {}).get("editable") else (path,)
+        if url:
+            return (f"{name} @ {url}",)
+    return (f"{name}=={dist.version}",)
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(name)
 
 
 def _accelbench_version() -> str:
@@ -271,18 +322,39 @@ class WorkerSetup:
 HOST = WorkerSetup()
 
 
+def setups_for(ref: "BackendRef", pythons: dict[str, str] | None = None,
+               matrix: list[tuple[str, ...]] | None = None) -> list[WorkerSetup]:
+    """The worker setups of a registered backend (its declared environment, its plugin's
+    distribution)."""
+    return setups(ref.backend.describe().environment, ref.plugin.name, pythons or {}, matrix or [],
+                  distribution=ref.plugin.distribution)
+
+
 def setups(info_environment: tuple[str, ...], plugin: str, pythons: dict[str, str],
-           matrix: list[tuple[str, ...]]) -> list[WorkerSetup]:
+           matrix: list[tuple[str, ...]], distribution: str = "") -> list[WorkerSetup]:
     """The worker setups a backend runs under: ``--python`` for its plugin wins; else one per
     ``--env`` entry (its requirements over the backend's own); else the host's Python when the
     host already has what the backend's environment would hold (``pip install accelbench[all]``),
-    else that environment (made on first use)."""
+    else that environment (made on first use), holding the plugin's own distribution too."""
     if plugin in pythons:
         return [WorkerSetup(python=pythons[plugin])]
-    base = EnvSpec(info_environment)
+    base = EnvSpec(info_environment, *_plugin_fields(distribution))
     if matrix:
         return [WorkerSetup(spec=base.with_overrides(extra), added=extra) for extra in matrix]
     return [HOST] if host_satisfies(info_environment) else [WorkerSetup(spec=base)]
+
+
+def _plugin_fields(distribution: str) -> tuple[tuple[str, ...], str]:
+    """The plugin distribution's install arguments and "name version" (nothing for accelbench's
+    own plugins, or a plugin not installed as a distribution)."""
+    if not distribution:
+        return (), ""
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return (), ""
+    args = plugin_install_args(dist)
+    return (args, f"{dist.metadata['Name']} {dist.version}") if args else ((), "")
 
 
 def host_satisfies(requirements: tuple[str, ...]) -> bool:
@@ -313,5 +385,8 @@ def interpreter(setup: WorkerSetup, allow_create: bool, say=print) -> tuple[str 
             raise EnvironmentError_(f"--python {setup.python}: no such interpreter")
         return setup.python, {"kind": "user", "python": setup.python}
     env = ensure(for_spec(setup.spec), allow_create, say)
-    return str(env.python), {"kind": "environment", "python": str(env.python), "key": setup.spec.key(),
-                             "requirements": list(setup.spec.requirements)}
+    described = {"kind": "environment", "python": str(env.python), "key": setup.spec.key(),
+                 "requirements": list(setup.spec.requirements)}
+    if setup.spec.plugin_version:
+        described["plugin"] = setup.spec.plugin_version
+    return str(env.python), described

@@ -47,7 +47,7 @@ def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | No
     plans = []
     for ref in refs:
         info = ref.backend.describe()
-        for setup in envs.setups(info.environment, ref.plugin.name, pythons or {}, matrix or []):
+        for setup in envs.setups_for(ref, pythons, matrix):
             for point in configuration.expand_sweep(config):
                 plans += _plans_of(ref, setup, point, counts, dataset)
     return plans

@@ -32,6 +32,8 @@ class PluginInfo:
     module: str
     #: import error text when the plugin failed to load, else ""
     error: str = ""
+    #: the distribution that provides it ("accelbench" for the built-ins; "" when not installed)
+    distribution: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,13 +139,44 @@ class PluginHost:
             if ep.name in self._plugins or (allowed is not None and ep.name not in allowed):
                 continue
             version = ep.dist.version if ep.dist else "0"
+            distribution = ep.dist.metadata["Name"] if ep.dist else ""
             try:
                 module: ModuleType = ep.load()
+                api_problem = _api_problem(module)
             except Exception as exc:  # a broken plugin is reported, never fatal to the others
-                self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value, f"{type(exc).__name__}: {exc}")
+                self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value, _one_line(exc), distribution)
+                continue
+            if api_problem:
+                self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value, api_problem, distribution)
                 continue
             self._pm.register(module, name=ep.name)
-            self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value)
+            self._plugins[ep.name] = PluginInfo(ep.name, version, ep.value, distribution=distribution)
+
+
+def _one_line(exc: Exception) -> str:
+    """A plugin's load error as one line: a migration error is its own message (it names what
+    replaced the removed name), anything else its type and first line."""
+    from .backend import PluginAPIError
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text if isinstance(exc, PluginAPIError) else f"{type(exc).__name__}: {text}"
+
+
+def _api_problem(module: ModuleType) -> str:
+    """Why a plugin that declares the plugin API it was written for cannot load here ("" if it
+    can): one written for a newer major version than this accelbench speaks."""
+    from .api import PLUGIN_API
+
+    declared = getattr(module, "PLUGIN_API", None)
+    if declared is None:
+        return ""
+    major = str(declared).split(".")[0]
+    if not major.isdigit():
+        return f"PLUGIN_API must be a version string such as {PLUGIN_API!r}, not {declared!r}"
+    if int(major) > int(PLUGIN_API.split(".")[0]):
+        return (f"written for plugin API {declared}; this accelbench speaks plugin API {PLUGIN_API}: "
+                f"upgrade accelbench")
+    return ""
 
 
 @functools.cache

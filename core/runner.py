@@ -83,7 +83,8 @@ class Worker:
             self.process = subprocess.Popen(
                 [*(launcher or []), python or sys.executable, "-m", "accelbench.worker", str(child.fileno())],
                 pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**os.environ, **allocators.worker_environment(config.allocator, config.huge_pages), **(env or {})})
+                env={**_inherited_environment(python), **allocators.worker_environment(config.allocator, config.huge_pages),
+                     **(env or {})})
         child.close()
         # so the worker imports plugins exactly as the host did; another Python keeps its own
         # packages and gets only the host's extra paths (plugins on PYTHONPATH)
@@ -207,6 +208,16 @@ class Worker:
             return self.process.wait(seconds)
         except subprocess.TimeoutExpired:
             return None
+
+
+def _inherited_environment(python: str | None) -> dict[str, str]:
+    """The host's environment variables for a worker; without PYTHONPATH for another Python, whose
+    own packages must come first (a host path holding numpy 1.26 would shadow an environment's
+    numpy 2): the host's extra paths reach that worker after its own (``_extra_paths``)."""
+    inherited = dict(os.environ)
+    if python:
+        inherited.pop("PYTHONPATH", None)
+    return inherited
 
 
 def _extra_paths() -> list[str]:
@@ -525,7 +536,7 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict
     other ranks' by ``accelbench merge``. Its throughput is the job's as this rank timed it."""
     from . import multiworker
 
-    [setup] = envs.setups(ref.backend.describe().environment, ref.plugin.name, {}, [])
+    [setup] = envs.setups_for(ref)
     try:
         python, described = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
     except envs.EnvironmentError_ as exc:
@@ -561,7 +572,7 @@ class DatasetWriter:
     def _call(self, command: str, *args: Any) -> Any:
         if self.worker is None:
             info = self.ref.backend.describe()
-            [setup] = envs.setups(info.environment, self.ref.plugin.name, {}, [])
+            [setup] = envs.setups_for(self.ref)
             try:
                 python, _ = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
             except envs.EnvironmentError_ as exc:

@@ -19,7 +19,8 @@ RESULT_SCHEMA_VERSION = "1.10.0"  # 1.1: optional cost block; 1.2: train mode (m
 #                                  1.8: trials' process.anon_huge_pages_bytes (transparent huge pages);
 #                                  1.9: lockstep schedule (trials' blocks with the machine's foreign
 #                                  load, schedule.lockstep), schedule.looks and .confidence;
-#                                  1.10: throughput.ci_method "t-interval on log trial rates"
+#                                  1.10: throughput.ci_method "t-interval on log trial rates",
+#                                  environment.worker.plugin (the plugin distribution an environment holds)
 
 
 @cache

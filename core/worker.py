@@ -15,6 +15,8 @@ import functools
 import os
 import random
 import signal
+import importlib.abc
+import importlib.machinery
 import sys
 import traceback
 from multiprocessing.connection import Connection
@@ -48,6 +50,21 @@ def die_with_parent() -> None:
         pass
 
 
+class _HostPaths(importlib.abc.MetaPathFinder):
+    """The host's extra import paths (plugins on its PYTHONPATH), searched after everything this
+    Python finds itself: its site-packages and the finders of its editable installs, which come
+    after ``sys.path`` in ``sys.meta_path``. On ``sys.path`` the host's copy of a plugin would
+    shadow the one installed editable in the environment."""
+
+    def __init__(self, paths: list[str]):
+        self.paths = paths
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None:  # a submodule: its package's __path__ decides
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, self.paths)
+
+
 def main(fd: int) -> None:
     """Entry point of the worker process: ``python -m accelbench.worker FD``.
 
@@ -58,7 +75,7 @@ def main(fd: int) -> None:
     conn = Connection(fd)
     host_path, own_python = conn.recv()
     if own_python:  # another Python (an environment): its packages first, the host's extra paths after
-        sys.path.extend(p for p in host_path if p not in sys.path)
+        sys.meta_path.append(_HostPaths([p for p in host_path if p not in sys.path]))
     else:
         sys.path[:] = host_path + [p for p in sys.path if p not in host_path]
     backend, config = conn.recv()

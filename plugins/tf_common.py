@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelbench import Option, Prepared, RunConfig
-from accelbench.backend import RunBackend, training_flops
-from accelbench.errors import UsageError
-from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
+from accelbench.api import RunBackend, training_flops
+from accelbench.api import UsageError
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 from .cpu_features import OnednnProbe, bf16_emulation_from_onednn, bf16_emulation_warning, onednn_unread
 from .model_specs import SMALL_CHANNELS, SMALL_LAYERS
@@ -490,7 +490,7 @@ def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> 
     read-back), and from the CPU and the ceiling in the environment where it ran none."""
     if config.device != "cpu" or config.precision != "bf16":
         return []
-    from accelbench.environment import cpu_flags
+    from accelbench.api import cpu_flags
 
     if _onednn_enabled():
         warning = bf16_emulation_from_onednn("TensorFlow", onednn, cpu_flags())
@@ -526,7 +526,7 @@ def _device_name(tf, config: RunConfig, devices) -> str:
         return details.get("device_name", "GPU")
     if config.device == "tpu":
         return tf.config.list_logical_devices("TPU")[0].device_type if devices else "TPU"
-    from accelbench.environment import cpu_model
+    from accelbench.api import cpu_model
 
     return cpu_model()
 

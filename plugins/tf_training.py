@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from accelbench import Prepared, RunConfig
-from accelbench.training import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
 
 from .tf_common import Recipe, TrainingRun, import_tensorflow
 

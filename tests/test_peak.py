@@ -179,11 +179,11 @@ def test_the_peak_is_two_n_cubed_per_product_over_the_best_repeats_time(testplug
 def test_mxnet_names_its_peak_as_its_records_name_the_device(monkeypatch):
     """A peak is found by the records of the device it was measured on, by name: MXNet's own
     'gpu(0)' would never match the nvidia-smi name its records carry."""
-    from accelbench import environment
+    from accelbench import api
     from accelbench.config import RunConfig
     from accelbench.plugins.mxnet_ngc import training
 
-    monkeypatch.setattr(environment, "gpus", lambda: [{"name": "NVIDIA H100 NVL", "driver": "580"}])
+    monkeypatch.setattr(api, "gpus", lambda: [{"name": "NVIDIA H100 NVL", "driver": "580"}])
     assert training.device_name(RunConfig(device="gpu")) == "NVIDIA H100 NVL"
     outcome = peak_measure.measure(_ref("mxnet_ngc"), "fp32", "cpu", size=128, repeats=1)
     assert outcome.status == "ok", outcome.reason

@@ -203,7 +203,7 @@ def test_a_plugin_written_for_the_old_api_is_that_plugins_error_alone(tmp_path, 
                           cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
-    plugins = {p["name"]: p for p in listing["plugins"]}
+    plugins = {p["name"]: p for p in listing}
     error = plugins["oldplugin"]["error"]
     assert error.count("\n") == 0 and "'default_variant' was removed in plugin API 2" in error
     assert not plugins["sleepy"]["error"] and not plugins["tf_benchmarks"]["error"]
@@ -272,7 +272,8 @@ def test_the_scaffolds_plugin_installs_passes_its_tests_and_runs(tmp_path, accel
     python = venv / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site) / "host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # addsitedir, not a bare path: the session's own .pth files (its editable accelbench) run too
+    (Path(site) / "host.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ACCELBENCH_PLUGINS", "VIRTUAL_ENV")}
     run = lambda *args: subprocess.run([str(python), *args], capture_output=True, text=True, env=env,  # noqa: E731
                                        cwd=tmp_path / "demo", timeout=600)

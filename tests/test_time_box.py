@@ -262,10 +262,10 @@ def test_what_xla_compiled_is_read_from_its_hlo(text, convolutions, dots):
     ({}, "gpu", set(), None),
 ])
 def test_bf16_emulation_is_told_from_what_xla_compiled(operands, platform, flags, expected, monkeypatch):
-    from accelbench import environment
+    from accelbench import api
     from accelbench.plugins.jax_flax.training import emulation_warnings
 
-    monkeypatch.setattr(environment, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(api, "cpu_flags", lambda: frozenset(flags))
     warnings = emulation_warnings("bf16", platform, operands, "the step's convolutions")
     if expected is None:
         assert warnings == []

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import accelbench
 from accelbench import BackendInfo, Prepared, RunConfig
-from accelbench.backend import RunBackend
+from accelbench.api import RunBackend
 from accelbench.plugins.extras import extra
-from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "0.1.0"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.plugins import imagefolder
-from accelbench.training import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
 
 from .training import JaxRun
 

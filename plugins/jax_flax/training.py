@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from accelbench import Prepared, RunConfig
-from accelbench.backend import training_flops
+from accelbench.api import training_flops
 
 from . import hlo
 
@@ -204,7 +204,7 @@ def emulation_warnings(precision: str, platform: str, operands: dict[str, int], 
                 f"{platform.upper()} has: the figure measures bf16 data with that arithmetic"]
     if platform != "cpu":
         return []
-    from accelbench.environment import cpu_flags
+    from accelbench.api import cpu_flags
     from accelbench.plugins.cpu_features import bf16_emulation_warning
 
     warning = bf16_emulation_warning(cpu_flags())  # XLA's CPU backend runs no oneDNN: no ceiling
@@ -219,7 +219,7 @@ def _version(distribution: str) -> str:
 
 def device_name(device) -> str:
     if device.platform == "cpu":
-        from accelbench.environment import cpu_model
+        from accelbench.api import cpu_model
 
         return cpu_model()
     return device.device_kind

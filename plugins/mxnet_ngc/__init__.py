@@ -12,7 +12,7 @@ import os
 
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
-from accelbench.backend import RunBackend
+from accelbench.api import RunBackend
 from accelbench.plugins.extras import extra
 from accelbench.plugins.model_specs import RESNET50_VARIANTS
 

@@ -7,7 +7,7 @@ import hashlib
 from typing import Any
 
 from accelbench import Prepared, RunConfig
-from accelbench.training import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
 
 from .training import GluonRun, import_mxnet
 

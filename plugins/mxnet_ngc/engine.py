@@ -7,8 +7,8 @@ from the outgoing interface. Nothing here imports MXNet.
 
 from __future__ import annotations
 
-from accelbench.errors import UsageError
-from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
+from accelbench.api import UsageError
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 
 class DmlcPsEngine(Engine):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from accelbench.environment import cpu_flags
+from accelbench.api import cpu_flags
 from accelbench.plugins.cpu_features import OnednnProbe, request_amx_tiles
 
 #: the name oneDNN 2.4 reads its ISA ceiling from (ONEDNN_MAX_CPU_ISA came later and is ignored)

@@ -6,9 +6,9 @@ import json
 import os
 from typing import Any
 
-from accelbench import Prepared, RunConfig, environment
+from accelbench.api import Prepared, RunConfig, cpu_flags
 from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, onednn_unread
-from accelbench.backend import training_flops
+from accelbench.api import training_flops
 
 from . import onednn
 
@@ -74,7 +74,7 @@ def device_problem(config: RunConfig) -> str | None:
     if config.device == "cpu" and config.precision == "fp16":
         return "fp16 needs a GPU; this run is on the CPU (use bf16 or fp32)"
     if config.device == "cpu" and config.precision == "bf16":
-        problem = cpu_bf16_problem(environment.cpu_flags())
+        problem = cpu_bf16_problem(cpu_flags())
         if problem:
             return problem
     return None
@@ -232,7 +232,7 @@ class GluonRun:
         CPU and the ceiling oneDNN 2.4 reads)."""
         if self.config.device != "cpu" or self.config.precision != "bf16":
             return None
-        return bf16_emulation_from_onednn("MXNet", onednn_settings, environment.cpu_flags(), (onednn.ISA_VARIABLE,))
+        return bf16_emulation_from_onednn("MXNet", onednn_settings, cpu_flags(), (onednn.ISA_VARIABLE,))
 
     def _trained_conv_biases(self) -> bool:
         return any(p.grad_req != "null" for p in self.net.collect_params(CONV_BIASES).values())
@@ -262,10 +262,10 @@ class GluonRun:
 def device_name(config: RunConfig) -> str:
     """The device as every MXNet record and measured peak names it."""
     if config.device == "gpu":
-        from accelbench.environment import gpus
+        from accelbench.api import gpus
 
         found = gpus()
         return found[0]["name"] if found else "GPU"
-    from accelbench.environment import cpu_model
+    from accelbench.api import cpu_model
 
     return cpu_model()

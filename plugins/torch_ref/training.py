@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from accelbench import Prepared, RunConfig
-from accelbench.backend import training_flops
+from accelbench.api import training_flops
 from accelbench.plugins.cpu_features import (bf16_emulation_from_onednn, c_stdout_captured, onednn_unread,
                                               onednn_verbose_read_back)
 from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
@@ -30,7 +30,7 @@ def import_torch(config: RunConfig):
 def device_name(torch, device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from accelbench.environment import cpu_model
+    from accelbench.api import cpu_model
 
     return cpu_model()
 
@@ -317,7 +317,7 @@ def cpu_bf16_warnings(config: RunConfig, onednn: dict[str, str | None]) -> list[
     it ran (``onednn``), else from the CPU flags and oneDNN's ceiling."""
     if config.device != "cpu" or config.precision != "bf16":
         return []
-    from accelbench.environment import cpu_flags
+    from accelbench.api import cpu_flags
 
     warning = bf16_emulation_from_onednn("PyTorch", onednn, cpu_flags())  # its convolutions: oneDNN
     return [warning] if warning else []
