@@ -8,7 +8,7 @@ averages every worker's gradients over TCP on loopback (``reducer.py``).
 from __future__ import annotations
 
 import accelbench
-from accelbench.launch import ClusterRank, Engine, LaunchPlan, LocalCluster
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "0.3.0"
 #: hidden units per variant of the "mlp" model; "linear" has no hidden layer and no variants
