@@ -16,7 +16,7 @@ import click
 
 from .config import parse_option
 from .errors import UsageError
-from .inputs import FINITE
+from .inputs import FINITE, TIMEOUT
 from .schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS
 from .training import TrainSpec  # its fields declare train's recipe options
 
@@ -40,7 +40,7 @@ def field_options(names: tuple[str, ...] | None = None, exclude: tuple[str, ...]
         if spec.kind == "bool":
             decorators.append(click.option(f"{option}/--no-{option[2:]}", spec_field.name, default=None, help=text))
             continue
-        kind = {"int": int, "finite": FINITE, "int_list": str,
+        kind = {"int": int, "finite": FINITE, "timeout": TIMEOUT, "int_list": str,
                 "str": click.Choice(spec.choices) if spec.choices else str}[spec.kind]
         decorators.append(click.option(option, spec_field.name, type=kind, help=text))
 
@@ -176,9 +176,9 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
-    kept = inputs.output_records(path, force)  # the last check: after it, workers start
+    inputs.check_output(path, force)  # the last check: after it, workers start
     view = _View(quiet=quiet, as_json=as_json, wide=wide)
-    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, kept,
+    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, force,
                     create_envs=not no_create_env)
     if (schedule.until or schedule.kind == "lockstep") and view.tables:
         _print_comparison(done, schedule.until.tolerance if schedule.until else None, wide)
@@ -270,19 +270,21 @@ def _pythons(given: tuple[str, ...]) -> dict[str, str]:
 
 
 def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedule=None,
-             view: _View = _View(), kept: list[dict[str, Any]] = (), create_envs: bool = True) -> list[dict[str, Any]]:
-    """Run the plans, pricing the records and rewriting the results file after every trial (so an
-    interruption keeps every finished one) after the ``kept`` records it held; print ``table``;
-    exit 1 when a run failed."""
+             view: _View = _View(), force: bool = False, create_envs: bool = True) -> list[dict[str, Any]]:
+    """Run the plans, pricing the records and merging them into the results file after every trial
+    (so an interruption keeps every finished one, and the records other runs put there stay;
+    ``force``: the file is started afresh); print ``table``; exit 1 when a run failed."""
     from . import cost, lockstep, records, runner
     from .console import run_observer
 
     done: list[dict[str, Any]] = []
+    # merges with whatever is in the file when it writes: other runs may be writing it too
+    writer = records.ResultsWriter(path, ["accelbench", *sys.argv[1:]], force)
 
     def keep(snapshot: list[dict[str, Any]]) -> None:
         for record in snapshot:
             cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
-        records.write_results(path, [*kept, *snapshot], command=["accelbench", *sys.argv[1:]])
+        writer.write(snapshot)
         done[:] = snapshot
 
     total = None if schedule and schedule.until else sum(p.config.trials for p in plans)
@@ -292,7 +294,7 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
         with observer:
             executor(plans, keep, observer, schedule, create_envs)
     except KeyboardInterrupt as stop:
-        saved = f"kept {len(done)} finished record(s), with every finished trial, in {path}" if done else \
+        saved = f"kept {len(done)} finished record(s), with every finished trial, in {writer.side_path or path}" if done else \
             "no trial had finished, nothing written"
         click.echo(f"{getattr(stop, 'signal_name', 'interrupted')}: {saved}", err=True)
         sys.exit(getattr(stop, "exit_code", 130))
@@ -300,7 +302,7 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
         table(done, wide=view.wide).print()
     if view.as_json:
         click.echo(json.dumps(records.results_document(done), indent=1))
-    click.echo(f"results: {path}", err=view.as_json)
+    click.echo(f"results: {writer.side_path or path}", err=view.as_json)
     if any(r["status"] in ("failed", "timeout") for r in done):
         sys.exit(1)
     return done
@@ -329,8 +331,13 @@ def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_n
     [item] = runner.plan(refs, config)
     if item.precheck:
         raise UsageError(item.precheck.reason)
-    cluster = launch.ClusterRank(rank, config.workers, coordinator, tuple(peers.split(",")) if peers else (),
-                                 node_host, servers)
+    _endpoint(coordinator, "--coordinator")
+    peer_list = tuple(peers.split(",")) if peers else ()
+    if peer_list and len(peer_list) != config.workers:
+        raise UsageError(f"--peers names {len(peer_list)} workers but --workers is {config.workers}: one HOST:PORT a rank")
+    for peer in peer_list:
+        _endpoint(peer, "--peers")
+    cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers)
     plan = launch.plan_rank(refs[0].backend.engine, cluster)
     record = runner.run_rank(refs[0], item.config, plan, rank)
     records.write_results(Path(output), [record])
@@ -581,7 +588,7 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
     "global_batch": "Global batch (default: the preset's, 64 digits / 256 ImageNet).",
     "image_size": "Square training image side (default: the dataset's, or 224).",
     "seed": "Random seed (initialisation, shuffling, augmentation)."})
-@click.option("--timeout", type=FINITE, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
+@click.option("--timeout", type=TIMEOUT, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
 @field_options(declared=TrainSpec)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
@@ -605,11 +612,11 @@ def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, p
     catalogue = cost.load_catalogue(prices)
     explicit = cost.explicit_price(price, price_per_hour, catalogue)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
-    kept = inputs.output_records(path, force)
+    inputs.check_output(path, force)
     dataset = datasets.load(data_dir or runner.default_dataset(refs))
     config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
     plans = runner.plan(refs, config)
-    _execute(plans, path, catalogue, explicit, epochs, TrainingTable, view=_View(wide=wide), kept=kept)
+    _execute(plans, path, catalogue, explicit, epochs, TrainingTable, view=_View(wide=wide), force=force)
 
 
 def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
@@ -640,9 +647,19 @@ def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[s
     return RunConfig.from_dict(data)
 
 
+def _endpoint(text: str, flag: str) -> None:
+    """HOST:PORT with a host and a port in 1..65535, refused here rather than deep in an engine."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"{flag} {text!r}: give HOST:PORT with a port in 1..65535")
+
+
 def _int_list(text: str, flag: str) -> list[int]:
+    parts = [part.strip() for part in text.split(",")]
+    if "" in parts:  # "8,,16" or a trailing comma: an item lost in typing, never dropped silently
+        raise UsageError(f"{flag} has an empty item in {text!r}: give comma-separated integers")
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        return [int(part) for part in parts]
     except ValueError:
         raise UsageError(f"{flag} must be comma-separated integers, got {text!r}") from None
 

@@ -27,7 +27,8 @@ class Flag:
     commands' options are made from it (``accelbench.cli``)."""
 
     help: str
-    #: "int", "finite" (a finite float), "str", "bool" (an on/off pair), "int_list" (comma-separated)
+    #: "int", "finite" (a finite float), "timeout" (finite seconds, at most 30 days), "str", "bool"
+    #: (an on/off pair), "int_list" (comma-separated)
     kind: str = "str"
     #: the option's name when it is not the field's (``--timeout`` for ``timeout_s``)
     name: str | None = None
@@ -83,7 +84,7 @@ class RunConfig:
     inter_op_threads: int | None = field(default=None, metadata=flag(
         "Inter-op threads where the framework has them.", "int"))
     seed: int = field(default=0, metadata=flag("Random seed.", "int"))
-    timeout_s: float = field(default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "finite",
+    timeout_s: float = field(default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "timeout",
                                                            name="timeout"))
     #: "auto" until planning resolves it per backend (``accelbench.allocators.resolve``)
     allocator: str = field(default="auto", metadata=flag(

@@ -174,9 +174,14 @@ def listing() -> list[dict]:
 
 
 def remove(keys: tuple[str, ...] = ()) -> list[str]:
-    """Delete the environments with these keys (all when none given); their paths."""
+    """Delete the environments with these keys (all when none given); their paths. A key that
+    names no environment is refused before anything is deleted."""
+    entries = listing()
+    unknown = [key for key in keys if key not in {entry["key"] for entry in entries}]
+    if unknown:
+        raise UsageError(f"env remove: no environment has the key {unknown[0]!r} (accelbench env list shows them)")
     removed = []
-    for entry in listing():
+    for entry in entries:
         if not keys or entry["key"] in keys:
             shutil.rmtree(entry["path"])
             removed.append(entry["path"])

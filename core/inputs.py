@@ -19,8 +19,11 @@ from .errors import UsageError
 
 
 def read_text(path: str | Path, what: str) -> str:
-    """A UTF-8 text file's contents."""
+    """A UTF-8 text file's contents; anything but a regular file (a FIFO would block the read
+    forever, a device never end, a folder fail obscurely) is refused first."""
     try:
+        if Path(path).exists() and not Path(path).is_file():
+            raise UsageError(f"{what} {path}: not a regular file")
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
@@ -32,10 +35,20 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:  # json keeps the last silently: a setting given twice is a mistake to name
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
 def parse_json(text: str, what: str) -> Any:
-    """Strict JSON: NaN and Infinity (which Python would accept) are refused, as is absurd nesting."""
+    """Strict JSON: NaN and Infinity (which Python would accept) are refused, as are a key given
+    twice in one object and absurd nesting."""
     try:
-        return json.loads(text, parse_constant=_no_constants)
+        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what}: not JSON ({exc})") from None
     except ValueError as exc:
@@ -79,13 +92,30 @@ class FiniteFloat(click.ParamType):
 
 FINITE = FiniteFloat()
 
+#: the longest timeout a run may be given: a day's bound on a week-long run is generous, and
+#: beyond about 1e9 s the deadline arithmetic overflows the clocks it is compared with
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
 
-def output_records(path: Path, force: bool) -> list[dict[str, Any]]:
-    """Check ``-o PATH`` before any worker starts; return the records already in it to keep.
+
+class Timeout(FiniteFloat):
+    """Seconds: finite, positive and at most ``MAX_TIMEOUT_S``."""
+
+    def convert(self, value: Any, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if not 0 < number <= MAX_TIMEOUT_S:
+            self.fail(f"{value!r} is not between 0 and {MAX_TIMEOUT_S:.0f} seconds (30 days)", param, ctx)
+        return number
+
+
+TIMEOUT = Timeout()
+
+
+def check_output(path: Path, force: bool) -> list[dict[str, Any]]:
+    """Check ``-o PATH`` before any worker starts; the records already in it (none with ``force``).
 
     Its folder must exist or be makeable and be writable; an existing file must be an accelbench
-    results file (its records are kept and the new ones appended; ``--force`` replaces it). Any
-    other file is never overwritten.
+    results file (its records stay and the new ones are merged in, ``records.ResultsWriter``;
+    ``--force`` replaces it). Any other file is never overwritten.
     """
     from . import validation
 

@@ -7,11 +7,14 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import peaks, stats, validation
 from .config import RunConfig
@@ -446,6 +449,79 @@ def write_results(path: Path, records: list[dict[str, Any]], command: list[str] 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class ResultsWriter:
+    """One invocation's records, written into a results file other invocations may be writing
+    too (two teammates, or a scheduler's array job, pointing at one file).
+
+    Every write takes an exclusive lock (``fcntl.flock`` on ``<file>.lock`` beside it), reads what
+    is on disk at that moment, replaces this writer's own earlier records (told by their exact
+    JSON) with its current ones, keeps every other writer's, and writes atomically. So N
+    concurrent runs end with all N runs' records. ``force``: the first write starts the file
+    afresh. A writer that cannot get the lock within ``LOCK_TIMEOUT_S``, or finds the file no
+    longer a results file, keeps its records in a side file (``side_path``), never drops them."""
+
+    LOCK_TIMEOUT_S = 60.0
+
+    def __init__(self, path: Path, command: list[str] | None = None, force: bool = False):
+        self.path, self.command, self.fresh = path, command, force
+        self.mine: set[str] = set()
+        #: where the records went instead, when the file could not be written (None: the file)
+        self.side_path: Path | None = None
+
+    def write(self, records: list[dict[str, Any]]) -> Path:
+        """Merge ``records`` (this run's, all of them so far) into the file; the path written."""
+        for record in records:
+            check(record)
+        try:
+            with _exclusive(self.path, self.LOCK_TIMEOUT_S):
+                others = [] if self.fresh else [r for r in self._on_disk() if _canonical(r) not in self.mine]
+                write_results(self.path, [*others, *records], self.command)
+        except (TimeoutError, InvalidRecord, OSError, ValueError) as exc:
+            self.side_path = self.side_path or self.path.with_name(f"{self.path.stem}.{os.getpid()}.json")
+            write_results(self.side_path, records, self.command)
+            print(f"warning: could not write {self.path} ({exc}); this run's records are in {self.side_path}",
+                  file=sys.stderr)
+            return self.side_path
+        self.fresh = False
+        self.mine = {_canonical(r) for r in records}
+        return self.path
+
+    def _on_disk(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        document = json.loads(self.path.read_text())
+        problems = validation.errors("results", document)
+        if problems:
+            raise InvalidRecord(f"it is no longer a results file: {problems[0]}")
+        return document["records"]
+
+
+def _canonical(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True)
+
+
+@contextmanager
+def _exclusive(path: Path, timeout_s: float) -> Iterator[None]:
+    """An exclusive lock on ``<path>.lock``, waited for up to ``timeout_s`` (TimeoutError)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"another writer held its lock for {timeout_s:.0f} s") from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def read_json(path: str | Path) -> Any:

@@ -135,7 +135,12 @@ class PluginHost:
 
     def _load_entry_points(self) -> None:
         allowed = _allow_list()
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        points = metadata.entry_points(group=ENTRY_POINT_GROUP)
+        unknown = sorted(allowed - {ep.name for ep in points}) if allowed is not None else []
+        if unknown:  # a typo would otherwise list no plugin and say nothing
+            raise UsageError(f"{ALLOW_LIST_VARIABLE}: no installed plugin is named {', '.join(map(repr, unknown))} "
+                             f"(installed: {', '.join(sorted({ep.name for ep in points})) or 'none'})")
+        for ep in points:
             if ep.name in self._plugins or (allowed is not None and ep.name not in allowed):
                 continue
             version = ep.dist.version if ep.dist else "0"

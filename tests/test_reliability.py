@@ -2,9 +2,11 @@
 killed host leave no process behind; a finished measurement is never lost to an option."""
 
 import json
+import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,8 @@ def files(tmp_path):
     (tmp_path / "nan.json").write_text('{"timeout_s": NaN}')
     (tmp_path / "nan.toml").write_text("timeout_s = nan\n")
     (tmp_path / "bench.json").write_text(json.dumps({"benchmarks": [], "accelbench": ["not", "a", "block"]}))
+    (tmp_path / "twice.json").write_text('{"trials": 2, "seed": 1, "trials": 3}')
+    os.mkfifo(tmp_path / "fifo")  # a read would block forever
     return tmp_path
 
 
@@ -65,6 +69,17 @@ BAD_INPUTS = [
     (["run", *SLEEPY, "--python", "sleepy"], "--python must be PLUGIN=PATH, got 'sleepy'"),
     (["run", *SLEEPY, "--python", "sleepy={tmp}/important.txt"], "important.txt: not an executable file"),
     (["run", *SLEEPY, "--python", f"other={sys.executable}"], "--python other=...: no selected backend is from plugin 'other'"),
+    # found by a hostile new user (issue 54): a traceback, hangs, and values accepted silently
+    (["run", *SLEEPY, "--timeout", "1e308"], "'--timeout': '1e308' is not between 0 and 2592000 seconds"),
+    (["run", *SLEEPY, "--config", "{tmp}/fifo"], "fifo: not a regular file"),
+    (["run", *SLEEPY, "--config", "{tmp}/twice.json"], "the key 'trials' appears twice in one object"),
+    (["run", *SLEEPY, "--batch-sizes", "8,,16"], "--batch-sizes has an empty item in '8,,16'"),
+    (["train", "--decay-epochs", "30,,60"], "--decay-epochs has an empty item in '30,,60'"),
+    (["worker", "--plugin", "torch_ref", "--rank", "0", "--workers", "2", "--coordinator", "127.0.0.1:99999",
+      "-o", "{tmp}/w.json"], "--coordinator '127.0.0.1:99999': give HOST:PORT with a port in 1..65535"),
+    (["worker", "--plugin", "torch_ref", "--rank", "0", "--workers", "2", "--coordinator", "127.0.0.1:29500",
+      "--peers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-o", "{tmp}/w.json"], "--peers names 3 workers but --workers is 2"),
+    (["env", "remove", "0123456789abcdef"], "env remove: no environment has the key '0123456789abcdef'"),
 ]
 
 
@@ -77,6 +92,17 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(accelbench_cli, files,
     assert "Traceback" not in result.stderr
     after = {p: p.stat().st_mtime_ns for p in files.rglob("*")}
     assert after == before  # no file created or changed
+
+
+def test_validate_refuses_a_fifo_without_blocking(accelbench_cli, files):
+    result = accelbench_cli("validate", str(files / "fifo"), timeout=30)
+    assert result.returncode == 1 and "fifo: not a regular file" in result.stdout, (result.stdout, result.stderr)
+
+
+def test_an_unknown_name_in_the_plugin_allow_list_is_refused(accelbench_cli):
+    result = accelbench_cli("plugins", plugins="sleepy,nonexistent")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "ACCELBENCH_PLUGINS: no installed plugin is named 'nonexistent'" in result.stderr
 
 
 def test_report_out_in_an_unwritable_place(accelbench_cli, tmp_path):
@@ -179,3 +205,52 @@ def test_a_worker_growing_past_its_memory_limit_is_stopped_with_a_record(accelbe
     held = int(oom["reason"].split("held ")[1].split(" MB")[0])
     assert 600 < held < 600 + 2 * 256 + 200  # stopped within a chunk or two of the limit
     assert sleepy["status"] == "ok"
+
+
+def test_concurrent_runs_on_one_results_file_keep_every_record(accelbench_cli, tmp_path):
+    """Four runs writing one file at once (two teammates, an array job): each rewrites the file
+    after every trial, so without the lock and the merge the last writer's records alone were left."""
+    import concurrent.futures
+
+    shared = tmp_path / "shared.json"
+    args = ("run", "--backend", "sleepy:fixed-time", "--trials", "3", "--warmup-steps", "1", "--timed-steps", "3",
+            "--option", "step_ms=5", "-o", str(shared))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda _: accelbench_cli(*args), range(4)))
+    assert [d.returncode for d in done] == [0] * 4, [d.stderr[-500:] for d in done]
+    document = json.loads(shared.read_text())
+    assert len(document["records"]) == 4 and all(r["status"] == "ok" for r in document["records"])
+    assert accelbench_cli("validate", str(shared)).returncode == 0
+
+
+def test_a_writer_that_cannot_get_the_lock_keeps_its_records_beside_the_file(tmp_path, monkeypatch, capsys):
+    import fcntl
+
+    from accelbench import records
+
+    shared = tmp_path / "shared.json"
+    [record] = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][:1]
+    record = {**record, "schema_version": records.validation.RESULT_SCHEMA_VERSION}
+    monkeypatch.setattr(records.ResultsWriter, "LOCK_TIMEOUT_S", 0.2)
+    with open(tmp_path / "shared.json.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another writer, stuck
+        written = records.ResultsWriter(shared).write([record])
+    assert written != shared and not shared.exists()
+    assert json.loads(written.read_text())["records"] == [record]
+    assert f"this run's records are in {written}" in capsys.readouterr().err
+
+
+def test_two_writers_merge_and_each_replaces_only_its_own_records(tmp_path):
+    from accelbench import records
+
+    shared = tmp_path / "shared.json"
+    base = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"]
+    a1, a2, b1 = ({**r, "schema_version": records.validation.RESULT_SCHEMA_VERSION, "warnings": [tag]}
+                  for r, tag in zip([base[0], base[0], base[1]], ["a1", "a2", "b1"]))
+    first, second = records.ResultsWriter(shared), records.ResultsWriter(shared)
+    first.write([a1])
+    second.write([b1])
+    first.write([a2])  # a1 grew into a2: replaced, b1 kept
+    assert json.loads(shared.read_text())["records"] == [b1, a2]
+    records.ResultsWriter(shared, force=True).write([a1])
+    assert json.loads(shared.read_text())["records"] == [a1]
