@@ -66,10 +66,12 @@ def _flagged(declared: type | None) -> list[dataclasses.Field]:
 def price_options(command):
     """Pricing flags shared by run and report."""
     for option in reversed([
-        click.option("--prices", type=click.Path(dir_okay=False), help="Price catalogue JSON adding to/overriding the shipped 2018 one."),
+        click.option("--prices", type=click.Path(dir_okay=False),
+                     help="Price catalogue JSON adding to/overriding the shipped 2018 one."),
         click.option("--price", help="Price every run at this catalogue entry (e.g. p3.8xlarge)."),
         click.option("--price-per-hour", type=FINITE, help="Price every run at this hourly price (your own hardware)."),
-        click.option("--epochs", type=click.IntRange(min=1), default=90, show_default=True, help="Epochs for the cost-to-train figure."),
+        click.option("--epochs", type=click.IntRange(min=1), default=90, show_default=True,
+                     help="Epochs for the cost-to-train figure."),
     ]):
         command = option(command)
     return command
@@ -393,7 +395,8 @@ def env() -> None:
 
 
 @env.command("create")
-@click.option("--plugin", "plugin_names", multiple=True, help="Only these plugins (default: every one that declares an environment).")
+@click.option("--plugin", "plugin_names", multiple=True,
+              help="Only these plugins (default: every one that declares an environment).")
 @click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS", help="Requirements added (as accelbench run --env).")
 def env_create(plugin_names, env_matrix) -> None:
     """Make the environments the selected plugins' backends run in."""
@@ -590,7 +593,8 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
     "seed": "Random seed (initialisation, shuffling, augmentation)."})
 @click.option("--timeout", type=TIMEOUT, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
 @field_options(declared=TrainSpec)
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Results file (default results/accelbench-train-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
               "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")

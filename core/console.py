@@ -8,9 +8,9 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.measure import Measurement
-from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .runner import RunObserver
 

@@ -19,9 +19,9 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UsageError
 

@@ -14,8 +14,8 @@ import json
 import os
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 

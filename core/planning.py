@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import config as configuration
 from . import allocators, datasets, environment, envs, memwatch, training
+from . import config as configuration
 from .backend import BackendInfo, option_spec
 from .config import RunConfig
 from .errors import UsageError
@@ -46,7 +46,6 @@ def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | No
     dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
     plans = []
     for ref in refs:
-        info = ref.backend.describe()
         for setup in envs.setups_for(ref, pythons, matrix):
             for point in configuration.expand_sweep(config):
                 plans += _plans_of(ref, setup, point, counts, dataset)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import peaks, stats, validation
+from .backend import Prepared
 from .config import RunConfig
 from .errors import UsageError
-from .backend import Prepared
 from .registry import BackendRef
 from .timing import ProcessUsage, Timing
 
@@ -357,7 +357,8 @@ def _add_training(record: Record, cfg: RunConfig, outcome: TrialOutcome) -> None
 def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps:
     """Steps actually run (the first trial's; every trial row has its own), and how their number
     was decided. In train mode: the first epoch is the warm-up, the later epochs' steps the timed
-    ones; a run of one epoch times that epoch and excludes nothing (the rules say so). A run that never stepped shows the counts it was given (0 timed steps for a time box)."""
+    ones; a run of one epoch times that epoch and excludes nothing (the rules say so). A run that
+    never stepped shows the counts it was given (0 timed steps for a time box)."""
     trained = next((o for o in outcomes if o.training), None)
     if trained:
         steady = trained.timing
@@ -562,7 +563,8 @@ def merge_ranks(rank_records: list[dict[str, Any]]) -> dict[str, Any]:
     merged["throughput"] = merged["step_time"] = None
     merged["warnings"] = []
     if failed:
-        merged["status"], merged["reason"] = failed["status"], f"rank {failed['distributed']['per_worker'][0]['rank']}: {failed['reason']}"
+        rank = failed["distributed"]["per_worker"][0]["rank"]
+        merged["status"], merged["reason"] = failed["status"], f"rank {rank}: {failed['reason']}"
         return merged
     slowest = max(rows, key=lambda row: row["wall_time_s"])
     images = sum(row["images"] for row in rows)

@@ -18,8 +18,8 @@ import pluggy
 
 from . import hookspecs
 from .backend import IDENTIFIER, Backend, BackendInfo
-from .launch import Engine
 from .errors import UsageError
+from .launch import Engine
 
 ENTRY_POINT_GROUP = "accelbench"
 ALLOW_LIST_VARIABLE = "ACCELBENCH_PLUGINS"

@@ -371,7 +371,8 @@ def _run_row(r: dict[str, Any], epochs: int) -> str:
         f"{st['median_s'] * 1e3:.1f}" if st else "-", f"{st['cv']:.1%}" if st else "-",
         f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl.get("achieved_per_s") else "-",
         f"{fl['utilisation']:.1%}" if fl and fl.get("utilisation") is not None else "-",
-        html.escape(f"{price['price_per_hour']:.2f} {price['currency']} ({price['name']})") if price else html.escape(c["reason"]),
+        (html.escape(f"{price['price_per_hour']:.2f} {price['currency']} ({price['name']})") if price
+         else html.escape(c["reason"])),
         f"{c['images_per_dollar']:,.0f}" if price else "-",
         f"{c['cost_per_epoch']:,.2f}" if price else "-",
         f"{c['cost_of_epochs']:,.2f}" if price else "-",
@@ -436,5 +437,6 @@ def _study_section(reference: dict[str, Any], catalogue: list[cost.Price], epoch
 <th>$ per epoch</th><th>$ for {epochs} epochs</th></tr>{''.join(rows)}</table>
 <p>Cost to accuracy as published, and the training throughput those dollars imply at the catalogue price
 (lower than the synthetic-data figure: those runs read real ImageNet through an input pipeline):</p>
-<table><tr><th>target</th><th>epochs</th><th>USD</th><th>USD per epoch</th><th>implied images/s</th></tr>{''.join(accuracy)}</table>
+<table><tr><th>target</th><th>epochs</th><th>USD</th><th>USD per epoch</th><th>implied images/s</th></tr>
+{''.join(accuracy)}</table>
 """

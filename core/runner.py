@@ -8,6 +8,7 @@ other runs go on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -16,12 +17,11 @@ import sys
 import tempfile
 import time
 import uuid
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import config as configuration
 from . import allocators, datasets, environment, envs, memwatch, netns, records, stats
+from . import config as configuration
 from .config import RunConfig
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
@@ -571,7 +571,6 @@ class DatasetWriter:
 
     def _call(self, command: str, *args: Any) -> Any:
         if self.worker is None:
-            info = self.ref.backend.describe()
             [setup] = envs.setups_for(self.ref)
             try:
                 python, _ = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))

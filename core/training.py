@@ -20,6 +20,7 @@ from .config import flag
 from .errors import UsageError
 from .timing import Timing, TimingPlan, run_timed
 
+
 def presets() -> dict[str, dict[str, Any]]:
     """Defaults per dataset preset (the manifest says which), every field overridable. Recipes
     are data (``data/train_presets.json``), including the model each was written for."""

@@ -12,11 +12,11 @@ mode adds ``prepare_training``, ``train`` (core's epoch loop), ``write_dataset``
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
 import os
 import random
 import signal
-import importlib.abc
-import importlib.machinery
 import sys
 import traceback
 from multiprocessing.connection import Connection

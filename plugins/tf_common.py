@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelbench import Option, Prepared, RunConfig
-from accelbench.api import RunBackend, training_flops
-from accelbench.api import UsageError
-from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError, training_flops
 
 from .cpu_features import OnednnProbe, bf16_emulation_from_onednn, bf16_emulation_warning, onednn_unread
 from .model_specs import SMALL_CHANNELS, SMALL_LAYERS

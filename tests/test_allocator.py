@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from accelbench import allocators
 from conftest import load_records
 

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from accelbench.compare import UNPAIRED_ANALYSIS, Run, compare, exit_code, verdict
 from conftest import load_records
 

@@ -5,7 +5,6 @@ import json
 import time
 
 import pytest
-
 from accelbench import BackendInfo, RunConfig, hookspecs, validation
 from accelbench.config import resolve
 from accelbench.errors import UsageError

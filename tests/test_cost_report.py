@@ -4,7 +4,6 @@ import json
 import re
 
 import pytest
-
 from accelbench import cost, environment, validation
 from accelbench.errors import UsageError
 from conftest import load_records

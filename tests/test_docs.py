@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
-
 from accelbench import compare as comparing
 from accelbench import docgen, evidence, records
 from accelbench.cli import cli
 from accelbench.console import ComparisonTable, ResultsTable, TrainingTable
+from rich.console import Console
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

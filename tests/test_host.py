@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import load_records, start_with_a_hang
 
 BUILTINS = {"tf_benchmarks", "mxnet_ngc", "tpu_official"}

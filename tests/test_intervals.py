@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-
 from accelbench import stats
 from accelbench.compare import _unpaired
 

@@ -2,7 +2,6 @@
 for MXNet), with tiny shapes on the CPU. The first test makes the environment (cached)."""
 
 import pytest
-
 from accelbench.environment import cpu_flags
 from accelbench.plugins.cpu_features import bf16_emulation_warning
 from accelbench.plugins.jax_flax import hlo
@@ -37,11 +36,10 @@ def test_flax_resnet50_has_the_reference_parameters_and_flops():
 def test_the_bf16_peak_says_what_xla_compiled_its_product_to():
     import io
 
-    from rich.console import Console
-
     from accelbench import peak_measure
     from accelbench.console import PeakTable
     from accelbench.registry import PluginHost
+    from rich.console import Console
 
     [ref] = PluginHost().select(["jax_flax"])
     outcome = peak_measure.measure(ref, "bf16", "cpu", size=128, repeats=1)

@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-
 from accelbench import busy, report
 from accelbench.compare import Run, busy_pairs, compare, runs_of
 from accelbench.console import ComparisonTable, ResultsTable
@@ -302,7 +301,6 @@ def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_s
     """b* = sqrt(within * startup / (between * round)), from variances estimated on simulated pairs
     whose true spreads are known (many pairs, so the estimates sit near the truth)."""
     import numpy as np
-
     from accelbench import stats
 
     rng = np.random.default_rng(7)

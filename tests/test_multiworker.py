@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from accelbench import launch, multiworker, netns, records, runner
 from accelbench.config import RunConfig
 from accelbench.records import TrialOutcome
@@ -43,7 +42,8 @@ def test_local_plans_use_loopback_and_free_ports(tmp_path):
     addresses = configs[0]["cluster"]["worker"]
     assert len(set(addresses)) == 2 and all(a.startswith("127.0.0.1:") for a in addresses)
     torch = launch.plan_local(TorchDistributedEngine(), 2, str(tmp_path))
-    assert [(env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) for env in torch.worker_envs] == [("0", "2", "0"), ("1", "2", "1")]
+    ranks = [(env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) for env in torch.worker_envs]
+    assert ranks == [("0", "2", "0"), ("1", "2", "1")]
     for env in torch.worker_envs:  # nothing beyond loopback: gloo on lo, rendezvous through a file
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
         assert env["ACCELBENCH_TORCH_INIT_METHOD"] == torch.worker_envs[0]["ACCELBENCH_TORCH_INIT_METHOD"]

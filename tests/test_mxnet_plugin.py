@@ -6,9 +6,13 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import (assert_emulated_under_plain_avx512, assert_measured_allocator, assert_measured_huge_pages,
-                      loss_falls, run_backend)
+from conftest import (
+    assert_emulated_under_plain_avx512,
+    assert_measured_allocator,
+    assert_measured_huge_pages,
+    loss_falls,
+    run_backend,
+)
 
 # not importorskip: importing mxnet here would need numpy's removed aliases in the test process
 if importlib.util.find_spec("mxnet") is None:

@@ -13,7 +13,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from conftest import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +62,8 @@ def test_defaults_come_from_the_backend_and_a_model_without_variants_has_none(to
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "linear", "--variant", "wide"], "variant 'wide': no selected backend offers it (variants offered: toy:mlp-sgd: none)"),
+    (["--model", "linear", "--variant", "wide"],
+     "variant 'wide': no selected backend offers it (variants offered: toy:mlp-sgd: none)"),
     (["--model", "resnet50"], "model 'resnet50': no selected backend offers it (models offered: toy:mlp-sgd: mlp, linear)"),
     (["--precision", "bf16"], "precision 'bf16': no selected backend offers it (precisions offered: toy:mlp-sgd: fp64, fp32)"),
 ])

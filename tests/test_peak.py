@@ -4,7 +4,6 @@ import importlib.util
 import os
 
 import pytest
-
 from accelbench import peak_measure
 from accelbench.environment import cpu_flags, cpu_model
 from accelbench.registry import PluginHost

@@ -14,9 +14,8 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import accelbench
+import pytest
 from accelbench import api, envs, scaffold
 from accelbench.backend import BackendInfo, PluginAPIError
 
@@ -154,6 +153,7 @@ def test_a_plugin_whose_distribution_cannot_be_installed_is_unavailable_with_the
     (dist_info / "direct_url.json").write_text(json.dumps({"url": gone.as_uri(), "dir_info": {}}))
     done = run_accelbench("run", "--plugin", "np2probe", "--timed-steps", "2", "-o", str(tmp_path / "r.json"),
                           path=target, cache=tmp_path / "cache", cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
     [record] = json.loads((tmp_path / "r.json").read_text())["records"]
     assert record["status"] == "unavailable", record
     assert "installing the plugin's distribution np2probe" in record["reason"] and "Traceback" not in record["reason"]

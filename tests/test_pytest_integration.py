@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from accelbench import validation
 from accelbench.contract import ContractViolation
 

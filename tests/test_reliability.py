@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import alive, load_records, start_with_a_hang
 
 SLEEPY = ("--plugin", "sleepy", "--timed-steps", "3", "--warmup-steps", "1")
@@ -59,9 +58,11 @@ BAD_INPUTS = [
     # backend options are checked against each backend's typed declaration (accelbench.Option)
     (["run", "--plugin", "tpu_official", "--option", "steps_per_loop=-1"],
      "--option steps_per_loop: must be at least 1, got -1 (tpu_official:resnet50)"),
-    (["run", "--plugin", "tpu_official", "--option", "steps_per_loop=2.5"], "--option steps_per_loop: must be an integer, got 2.5"),
+    (["run", "--plugin", "tpu_official", "--option", "steps_per_loop=2.5"],
+     "--option steps_per_loop: must be an integer, got 2.5"),
     (["run", "--plugin", "mxnet_ngc", "--option", "kvstore=nccl"], "--option kvstore: must be one of device, local, got 'nccl'"),
-    (["run", "--plugin", "torch_ref", "--option", "compile=yes"], "--option compile: must be a boolean (true or false), got 'yes'"),
+    (["run", "--plugin", "torch_ref", "--option", "compile=yes"],
+     "--option compile: must be a boolean (true or false), got 'yes'"),
     (["run", "--plugin", "tf_benchmarks", "--option", "jit=1"], "unknown option 'jit' for the selected backends"),
     # worker environments
     (["run", *SLEEPY, "--env", "six=<1 !!"], "--env: 'six=<1 !!' is not a requirement"),

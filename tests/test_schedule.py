@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 import pytest
-
 from accelbench import schedule, stats
 from accelbench.compare import Run, compare
 from accelbench.errors import UsageError

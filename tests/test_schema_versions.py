@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from accelbench import validation
 
 FIXTURES = Path(__file__).parent / "fixtures"

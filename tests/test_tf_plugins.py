@@ -5,9 +5,13 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import (assert_emulated_under_plain_avx512, assert_measured_huge_pages, assert_onednn_read_back,
-                      loss_falls, run_backend)
+from conftest import (
+    assert_emulated_under_plain_avx512,
+    assert_measured_huge_pages,
+    assert_onednn_read_back,
+    loss_falls,
+    run_backend,
+)
 
 # not importorskip: the test process itself must never import a framework (only workers do)
 if importlib.util.find_spec("tensorflow") is None:

@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from accelbench import timing
 from accelbench.console import LogLines
 from conftest import load_records

@@ -4,12 +4,18 @@ import importlib.util
 import json
 
 import pytest
-
 from accelbench import records, runner
 from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
-from conftest import (assert_emulated_under_plain_avx512, assert_measured_allocator, assert_measured_huge_pages,
-                      assert_onednn_read_back, load_records, loss_falls, run_backend)
+from conftest import (
+    assert_emulated_under_plain_avx512,
+    assert_measured_allocator,
+    assert_measured_huge_pages,
+    assert_onednn_read_back,
+    load_records,
+    loss_falls,
+    run_backend,
+)
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("PyTorch not installed (pip install accelbench[torch])", allow_module_level=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import load_records
 
 # the test process never imports a framework: only workers do
@@ -47,11 +46,10 @@ def train(digits: Path, plugin: str, **changes) -> dict:
 
 
 def test_both_formats_read_back_equal_to_the_digits(digits):
-    from PIL import Image
-
     from accelbench import datasets
     from accelbench.registry import PluginHost
     from accelbench.runner import dataset_writers
+    from PIL import Image
 
     manifest = datasets.load(digits)
     # the image folder: torch_ref's and jax_flax's (whose environment is made on first use)

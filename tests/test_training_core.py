@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from accelbench import datasets, training
 from accelbench.errors import UsageError
 from accelbench.training import TrainSpec

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import accelbench
 from accelbench import BackendInfo, Prepared, RunConfig
-from accelbench.api import RunBackend
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend
 from accelbench.plugins.extras import extra
-from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "0.1.0"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from accelbench import Prepared, RunConfig
-from accelbench.plugins import imagefolder
 from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.plugins import imagefolder
 
 from .training import JaxRun
 

@@ -9,7 +9,6 @@ from functools import partial
 
 import flax.linen as nn
 import jax.numpy as jnp
-
 from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 RESNET50_STAGES = (3, 4, 6, 3)

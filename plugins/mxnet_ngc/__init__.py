@@ -27,7 +27,8 @@ class NgcResNet50(RunBackend):
         variants={"resnet50": RESNET50_VARIANTS}, precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
         batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
         version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
-        options={"kvstore": Option("kvstore across contexts: device (default) or local", choices=("device", "local"))}, data_format="recordio",
+        options={"kvstore": Option("kvstore across contexts: device (default) or local", choices=("device", "local"))},
+        data_format="recordio",
         # jemalloc measured 1.042x the C library's malloc (95% CI 1.023-1.062) on the Zen 4 CPU
         # (README, levers); tcmalloc 0.974x
         environment=extra("mxnet"), allocator="jemalloc")

@@ -11,6 +11,7 @@ from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
 
 from .training import GluonRun, import_mxnet
 
+
 def write_recordio(examples: list[tuple[str, int]], stem: str) -> list[str]:
     """One split as ``<stem>.rec`` + ``<stem>.idx``, the source files' bytes unchanged."""
     mx = import_mxnet()

@@ -7,8 +7,7 @@ from the outgoing interface. Nothing here imports MXNet.
 
 from __future__ import annotations
 
-from accelbench.api import UsageError
-from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, UsageError
 
 
 class DmlcPsEngine(Engine):

@@ -6,9 +6,8 @@ import json
 import os
 from typing import Any
 
-from accelbench.api import Prepared, RunConfig, cpu_flags
+from accelbench.api import Prepared, RunConfig, cpu_flags, training_flops
 from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, onednn_unread
-from accelbench.api import training_flops
 
 from . import onednn
 

@@ -8,8 +8,8 @@ same measurement on TensorFlow 2.21 (Keras 2 via tf-keras; see ``tf_common``).
 from __future__ import annotations
 
 import accelbench
-from accelbench.plugins.extras import extra
 from accelbench import BackendInfo, Option, RunConfig
+from accelbench.plugins.extras import extra
 
 from ..model_specs import RESNET50_VARIANTS
 from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend

@@ -15,11 +15,9 @@ import os
 
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
-from accelbench.api import RunBackend
+from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError
 from accelbench.plugins.cpu_features import onednn_unread
 from accelbench.plugins.extras import extra
-from accelbench.api import UsageError
-from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster
 
 VERSION = "1.0.0"
 #: the worker's ``init_process_group`` method: a file for local runs, else ``env://``

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from accelbench import Prepared, RunConfig
-from accelbench.plugins import imagefolder
 from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.plugins import imagefolder
 
 from .training import TorchRun
 

@@ -10,8 +10,8 @@ Model and step code are shared with tf_benchmarks (``accelbench.plugins.tf_commo
 from __future__ import annotations
 
 import accelbench
-from accelbench.plugins.extras import extra
 from accelbench import BackendInfo, Option, RunConfig
+from accelbench.plugins.extras import extra
 
 from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend
 

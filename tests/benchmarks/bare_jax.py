@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy
 import optax
-
 from accelbench.plugins.jax_flax.model import ResNet
 from bare_timing import time_steps
 

@@ -30,8 +30,8 @@ for alias, kind in {"bool": bool, "int": int, "float": float, "object": object, 
     if not hasattr(np, alias):
         setattr(np, alias, kind)
 import mxnet as mx  # noqa: E402
-from mxnet import autograd, gluon  # noqa: E402
 from bare_timing import time_steps  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
 
 if args.precision == "bf16":
     from mxnet.contrib import amp

@@ -80,8 +80,7 @@ import time
 from pathlib import Path
 
 import lockstep
-from bench_overhead import (MIN_RATIO, alternate, bar_verdict, exit_if_below, more_rounds, paired, run_accelbench,
-                            run_bare)
+from bench_overhead import MIN_RATIO, alternate, bar_verdict, exit_if_below, more_rounds, paired, run_accelbench, run_bare
 
 #: the references' folder beside the project (``--references`` to point elsewhere)
 REFERENCES = Path(__file__).resolve().parents[3] / "shared" / "references"

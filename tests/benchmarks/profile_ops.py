@@ -5,7 +5,8 @@ framework, so PyTorch's step can be laid beside MXNet's op by op.
     LD_PRELOAD=libtcmalloc_minimal.so.4 python tests/benchmarks/profile_ops.py --plugin torch_ref
     LD_PRELOAD=libtcmalloc_minimal.so.4 python tests/benchmarks/profile_ops.py --plugin torch_ref --option fused_sgd=false
     LD_PRELOAD=libjemalloc.so.2 python tests/benchmarks/profile_ops.py --plugin mxnet_ngc --variant v1.5
-    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python tests/benchmarks/profile_ops.py --plugin tf_benchmarks --variant v1 --batch 32 --steps 3
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 \\
+        python tests/benchmarks/profile_ops.py --plugin tf_benchmarks --variant v1 --batch 32 --steps 3
     python tests/benchmarks/profile_ops.py --reference tf_cnn_benchmarks --variant v1 --batch 32 --steps 3
 
 TensorFlow's ops are read from its profiler's trace (XSpace), over the timed steps only; the

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 
-import numpy as np
-
 import accelbench
+import numpy as np
 
 from . import reducer
 
