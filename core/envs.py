@@ -224,15 +224,7 @@ def _accelbench_source() -> list[str]:
     project = package.parent
     if (project / "pyproject.toml").is_file() and not any(p in package.parts for p in ("site-packages", "dist-packages")):
         return ["-e", str(project)]
-    dist = metadata.distribution("accelbench")
-    direct = dist.read_text("direct_url.json")
-    if direct:
-        info = json.loads(direct)
-        url = info.get("url", "")
-        if url.startswith("file://"):
-            path = url.removeprefix("file://")
-            return ["-e", path] if info.get("dir_info", {}).get("editable") else [path]
-    return [f"accelbench=={dist.version}"]
+    return list(_as_installed(metadata.distribution("accelbench")))
 
 
 def plugin_install_args(dist: metadata.Distribution | None) -> tuple[str, ...]:
@@ -240,11 +232,15 @@ def plugin_install_args(dist: metadata.Distribution | None) -> tuple[str, ...]:
     editable from its source folder when the host's is editable, the same wheel or folder when it
     was installed from one, the same version from the index otherwise (PEP 610's direct_url.json
     says which). Nothing for accelbench itself (the built-in plugins ship inside it)."""
-    if dist is None:
+    if dist is None or _canonical(dist.metadata["Name"]) == "accelbench":
         return ()
+    return _as_installed(dist)
+
+
+def _as_installed(dist: metadata.Distribution) -> tuple[str, ...]:
+    """pip's arguments for ``dist`` as this host has it, from PEP 610's direct_url.json: editable
+    from its folder, the same wheel or folder, the same direct URL, else its version from the index."""
     name = dist.metadata["Name"]
-    if _canonical(name) == "accelbench":
-        return ()
     direct = dist.read_text("direct_url.json")
     if direct:
         info = json.loads(direct)

@@ -50,22 +50,28 @@ def register_backends(register):
 '''
 
 
-def probe_source(folder: Path, version: str = "0.1.0") -> Path:
-    (folder / "np2probe").mkdir(parents=True)
-    (folder / "np2probe" / "__init__.py").write_text(PROBE.format(version=version))
+def plugin_distribution(folder: Path, name: str, module_text: str, version: str = "0.1.0") -> Path:
+    """A plugin distribution's source: package ``name`` with this ``__init__.py``, registered as
+    plugin ``name`` in the accelbench entry-point group."""
+    (folder / name).mkdir(parents=True)
+    (folder / name / "__init__.py").write_text(module_text)
     (folder / "pyproject.toml").write_text(textwrap.dedent(f'''
         [build-system]
         requires = ["setuptools>=68"]
         build-backend = "setuptools.build_meta"
         [project]
-        name = "np2probe"
+        name = "{name}"
         version = "{version}"
         [project.entry-points.accelbench]
-        np2probe = "np2probe"
+        {name} = "{name}"
         [tool.setuptools]
-        packages = ["np2probe"]
+        packages = ["{name}"]
         '''))
     return folder
+
+
+def probe_source(folder: Path, version: str = "0.1.0") -> Path:
+    return plugin_distribution(folder, "np2probe", PROBE.format(version=version), version)
 
 
 def pip(*args: str, cwd: Path) -> None:
@@ -172,9 +178,7 @@ def test_a_removed_field_is_one_line_naming_its_replacement():
 
 
 def test_a_plugin_written_for_the_old_api_is_that_plugins_error_alone(tmp_path, accelbench_cli, testplugins_path):
-    old = tmp_path / "old"
-    (old / "oldplugin").mkdir(parents=True)
-    (old / "oldplugin" / "__init__.py").write_text(textwrap.dedent('''
+    old = plugin_distribution(tmp_path / "old", "oldplugin", textwrap.dedent('''
         import accelbench
 
         class Old(accelbench.Backend):
@@ -184,16 +188,6 @@ def test_a_plugin_written_for_the_old_api_is_that_plugins_error_alone(tmp_path, 
         @accelbench.hookimpl
         def register_backends(register):
             register(Old())
-        '''))
-    (old / "pyproject.toml").write_text(textwrap.dedent('''
-        [build-system]
-        requires = ["setuptools>=68"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "oldplugin"
-        version = "0.1.0"
-        [project.entry-points.accelbench]
-        oldplugin = "oldplugin"
         '''))
     target = tmp_path / "site"
     pip("--target", str(target), str(old), cwd=tmp_path)
