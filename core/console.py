@@ -194,6 +194,10 @@ class ResultsTable:
     def print(self, out: Console | None = None) -> None:
         out = out or console()
         self.table().print(out)
+        no_peak = [f"{backend_label(r)} ({r['precision']})" for r in self.records if (r.get("flops") or {}).get("peak_reason")]
+        if no_peak:
+            out.print(plain(("note", "cyan"), f" no peak to compare with for {', '.join(no_peak)}: "
+                                              f"`accelbench peak` measures this machine's ('of peak' then shows it)"))
         for r in self.records:
             if r["reason"]:
                 out.print(plain((r["status"], STATUS_STYLE[r["status"]]), f" {backend_label(r)}: {r['reason']}"))

@@ -191,6 +191,8 @@ class Flops:
     peak_per_sec: float | None = omitted_while_none()
     peak_source: str | None = omitted_while_none()
     utilisation: float | None = omitted_while_none()
+    #: why there is no peak to compare with (and how to get one), when there is none
+    peak_reason: str | None = omitted_while_none()
 
 
 @dataclass
@@ -306,7 +308,7 @@ def complete_flops(flops: Flops, throughput: Throughput | None, precision: str, 
     if throughput is None:
         return []
     flops.achieved_per_s = throughput.images_per_sec * flops.per_image
-    warning = add_utilisation(flops, run_peak(precision, device, framework, environment, devices))
+    warning = add_utilisation(flops, run_peak(precision, device, framework, environment, devices), device.kind)
     return [warning] if warning else []
 
 
@@ -320,9 +322,14 @@ def run_peak(precision: str, device: DeviceRef, framework: Named, environment: d
         environment, device.kind, device.name or "", framework.name, framework.version or "", precision, devices)
 
 
-def add_utilisation(flops: Flops, peak: peaks.Peak | None) -> str | None:
-    """Achieved / peak into ``flops``; a warning when the run beat its peak."""
-    if peak is None or flops.achieved_per_s is None:
+def add_utilisation(flops: Flops, peak: peaks.Peak | None, device_kind: str = "cpu") -> str | None:
+    """Achieved / peak into ``flops`` (or, with no peak, the reason and what gives one); a
+    warning when the run beat its peak."""
+    if flops.achieved_per_s is None:
+        return None
+    if peak is None:
+        flops.peak_reason = (f"no published peak for this {device_kind} and no peak measured here for this framework, "
+                             f"version and precision: run `accelbench peak`")
         return None
     flops.peak_per_sec, flops.peak_source = peak.flops_per_s, peak.source
     flops.utilisation = flops.achieved_per_s / peak.flops_per_s

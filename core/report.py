@@ -42,6 +42,17 @@ def _pyplot():
     return plt
 
 
+def _plain_log_ticks(ax) -> None:
+    """Log axes' ticks as plain numbers (8, 16, 1000): their default labels are math text
+    ($\\mathdefault{10^{3}}$), which would print raw, since math text is off to keep a '$' in a
+    plugin's name literal; the minor ticks unlabelled, so labels never overprint each other."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
+
+
 def _finished(fig, ax, xlabel: str, ylabel: str, title: str):
     """Labels, grid, legend and a layout that keeps them inside the figure."""
     ax.set_xlabel(xlabel)
@@ -97,6 +108,7 @@ def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None
                        edgecolors="black", linewidths=1.2, label=f"2018 study, published: {ref['label']}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    _plain_log_ticks(ax)
     return _finished(fig, ax, "global batch size", "images / second (training, synthetic data)",
                      title or "Training throughput against batch size")
 

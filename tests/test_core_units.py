@@ -3,6 +3,7 @@
 import copy
 import json
 import time
+from pathlib import Path
 
 import pytest
 from accelbench import BackendInfo, RunConfig, hookspecs, validation
@@ -272,3 +273,18 @@ def test_throughput_over_trials_is_pooled_images_over_wall_never_a_mean_of_rates
     assert throughput.images == 160 and throughput.wall_time_s == 30.0
     low, high = throughput.ci95
     assert low < 160 / 30 < high and throughput.ci_method == "t-interval on log trial rates"
+
+
+def test_a_record_without_a_peak_says_why_and_the_table_says_how_to_get_one(monkeypatch, tmp_path):
+    from accelbench import records
+    from accelbench.console import ResultsTable
+    from rich.console import Console
+
+    flops = records.Flops(per_image=1e9, achieved_per_s=5e10)
+    assert records.add_utilisation(flops, None, "cpu") is None
+    assert flops.utilisation is None and "run `accelbench peak`" in flops.peak_reason
+    record = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][0]
+    record["flops"] = {"per_image": 1e9, "achieved_per_s": 5e10, "peak_reason": flops.peak_reason}
+    out = Console(width=200, record=True)
+    ResultsTable([record]).print(out)
+    assert "no peak to compare with for sleepy:fixed-time (fp32): `accelbench peak` measures" in out.export_text()

@@ -105,6 +105,13 @@ def test_sweep_figure_has_one_point_per_record():
     assert list(line.get_xdata()) == [8, 16, 32] and list(line.get_ydata()) == [7.0, 9.0, 10.5]
     published = [c.get_offsets().tolist() for c in figure.axes[0].collections]
     assert [[1024.0, 3186.0]] in published and [[768.0, 3280.0]] in published
+    # log-axis ticks read as numbers where they are drawn (math text is off, so a default
+    # '$\mathdefault{10^{3}}$' label would print raw)
+    figure.canvas.draw()
+    for labels in (figure.axes[0].get_xticklabels(), figure.axes[0].get_yticklabels()):
+        texts = [label.get_text() for label in labels if label.get_text()]
+        assert texts and all("$" not in text for text in texts), texts
+        assert all(float(text) > 0 for text in texts)
 
 
 def test_report_shows_the_comparison_and_groups_workloads(accelbench_cli, tmp_path):
