@@ -14,11 +14,13 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import allocators, inputs, validation
-from .backend import BackendInfo
 from .errors import UsageError
+
+if TYPE_CHECKING:  # annotations only: backend's protocol takes a RunConfig in turn
+    from .backend import BackendInfo
 
 
 @dataclass(frozen=True)

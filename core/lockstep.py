@@ -45,8 +45,9 @@ from typing import Callable
 from . import busy, envs, records, stats
 from .errors import UsageError
 from .records import TrialOutcome
-from .runner import RunObserver, ScheduledRun, Worker, WorkerFailure
+from .runner import RunObserver, ScheduledRun
 from .timing import ProcessUsage, Timing
+from .workers import Worker, WorkerFailure
 
 #: the time from a SIGSTOP or SIGCONT to its taking effect in every thread, before a block starts
 SETTLE_S = 0.05

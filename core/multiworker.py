@@ -17,7 +17,7 @@ from .config import RunConfig
 from .launch import LaunchPlan
 from .records import TrialOutcome, TrialRow
 from .registry import BackendRef
-from .runner import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
+from .workers import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
 
 SERVICE_EXIT_GRACE_S = 20
 

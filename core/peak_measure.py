@@ -9,7 +9,7 @@ from . import environment, envs, peaks, records
 from .config import RunConfig
 from .planning import plan
 from .registry import BackendRef
-from .runner import Worker, WorkerFailure
+from .workers import Worker, WorkerFailure
 
 #: matrix side by device kind: no CPU cache holds three 2048² fp32 operands (48 MB), and a
 #: product of 2048² is 17 GFLOP, a fraction of a second on a 2-core CPU even where bf16 is

@@ -89,7 +89,8 @@ class PluginSide:
 
     def __init__(self, args, batch, warmup, frozen=False):
         from accelbench.registry import PluginHost
-        from accelbench.runner import BackendSession, Unavailable, WorkerFailure
+        from accelbench.runner import BackendSession, Unavailable
+        from accelbench.workers import WorkerFailure
 
         plugin, config = run_config(args, batch)
         [ref] = PluginHost().select([plugin])
