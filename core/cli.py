@@ -453,7 +453,6 @@ def new_plugin(name: str, framework: str | None, folder: str | None) -> None:
     point, a backend, a contract test and a README; `pip install -e .` and `pytest` pass as it is."""
     from . import scaffold
 
-    scaffold.check_name(name)
     target = Path(folder or f"accelbench-{name.replace('_', '-')}")
     for path in scaffold.write(name, target, framework):
         click.echo(f"wrote {path}")

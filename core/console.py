@@ -41,10 +41,11 @@ class FoldingTable:
     def __init__(self, title: str, columns: tuple[str, ...], key: tuple[str, ...], numeric: set[str] | tuple[str, ...],
                  wide: bool = False):
         self.title, self.columns, self.key, self.numeric, self.wide = title, columns, key, set(numeric), wide
-        self.rows: list[list[str | Text]] = []
+        #: each row as {column: cell}
+        self.rows: list[dict[str, str | Text]] = []
 
     def add_row(self, *cells: str | Text) -> None:
-        self.rows.append(list(cells))
+        self.rows.append(dict(zip(self.columns, cells)))
 
     def print(self, out: Console) -> None:
         full = self._table(self.columns)
@@ -65,26 +66,23 @@ class FoldingTable:
             return
         out.print(self._table(self.key))
         for row in self.rows:
-            cells = dict(zip(self.columns, row))
-            rest = [f"{name} {_text(cells[name])}" for name in self.columns
-                    if name not in self.key and _text(cells[name]) not in ("", "-")]
+            rest = [f"{name} {_text(row[name])}" for name in self.columns
+                    if name not in self.key and _text(row[name]) not in ("", "-")]
             if rest:
-                out.print(plain(f"  {_text(row[0])}: ".replace("\n", " ") + " · ".join(rest).replace("\n", " ")))
+                label = _text(row[self.columns[0]])
+                out.print(plain(f"  {label}: ".replace("\n", " ") + " · ".join(rest).replace("\n", " ")))
 
     def _table(self, names: tuple[str, ...]) -> Table:
         table = Table(title=self.title)
         for name in names:
-            # a key column folds a long word onto the next line rather than cut it with an ellipsis
-            # a key column is at least as wide as its longest word: a name or a figure stays whole,
-            # a reason under a status wraps
-            longest = max((len(word) for row in self.rows for word in _text(dict(zip(self.columns, row))[name]).split()),
-                          default=0)
+            # a key column is at least as wide as its longest word, so a name or a figure stays whole
+            # (a longer one folds onto the next line rather than being cut with an ellipsis)
+            longest = max((len(word) for row in self.rows for word in _text(row[name]).split()), default=0)
             table.add_column(name, justify="right" if name in self.numeric else "left", overflow="fold",
                              no_wrap=name in self.numeric,
                              min_width=max(min(longest, 40), len(name)) if name in self.key else None)
         for row in self.rows:
-            cells = dict(zip(self.columns, row))
-            table.add_row(*(cells[name] for name in names))
+            table.add_row(*(row[name] for name in names))
         return table
 
 

@@ -232,7 +232,7 @@ def plugin_install_args(dist: metadata.Distribution | None) -> tuple[str, ...]:
     editable from its source folder when the host's is editable, the same wheel or folder when it
     was installed from one, the same version from the index otherwise (PEP 610's direct_url.json
     says which). Nothing for accelbench itself (the built-in plugins ship inside it)."""
-    if dist is None or _canonical(dist.metadata["Name"]) == "accelbench":
+    if dist is None or _requirement_name(dist.metadata["Name"]) == "accelbench":
         return ()
     return _as_installed(dist)
 
@@ -251,12 +251,6 @@ def _as_installed(dist: metadata.Distribution) -> tuple[str, ...]:
         if url:
             return (f"{name} @ {url}",)
     return (f"{name}=={dist.version}",)
-
-
-def _canonical(name: str) -> str:
-    from packaging.utils import canonicalize_name
-
-    return canonicalize_name(name)
 
 
 def _accelbench_version() -> str:

@@ -110,8 +110,8 @@ class Timeout(FiniteFloat):
 TIMEOUT = Timeout()
 
 
-def check_output(path: Path, force: bool) -> list[dict[str, Any]]:
-    """Check ``-o PATH`` before any worker starts; the records already in it (none with ``force``).
+def check_output(path: Path, force: bool) -> None:
+    """Check ``-o PATH`` before any worker starts.
 
     Its folder must exist or be makeable and be writable; an existing file must be an accelbench
     results file (its records stay and the new ones are merged in, ``records.ResultsWriter``;
@@ -123,7 +123,7 @@ def check_output(path: Path, force: bool) -> list[dict[str, Any]]:
         raise UsageError(f"-o {path}: is a folder; give a file name")
     _check_folder(path.parent)
     if not path.exists() or force:
-        return []
+        return
     refusal = UsageError(f"-o {path}: exists and is not an accelbench results file; it is never overwritten "
                          f"(choose another path)")
     try:
@@ -132,7 +132,6 @@ def check_output(path: Path, force: bool) -> list[dict[str, Any]]:
         raise refusal from None
     if validation.errors("results", document):
         raise refusal
-    return document["records"]
 
 
 def _check_folder(folder: Path) -> None:

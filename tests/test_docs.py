@@ -4,6 +4,7 @@ committed results file, and the terminal's tables keep their key columns at 80 a
 
 import copy
 import json
+import os
 import re
 import shlex
 import shutil
@@ -76,7 +77,7 @@ def copy_of_the_site(tmp_path):
 
 def build(site, out):
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=site,
-                          capture_output=True, text=True, env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
 
 
 def test_the_site_builds_strictly_with_every_generated_part(tmp_path):
