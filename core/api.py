@@ -6,7 +6,8 @@ the built-in plugins use, and a test holds them to it. Names here keep their mea
 answers with one line naming its replacement (``accelbench.backend.MIGRATIONS``).
 
 - the protocol: ``Backend`` (what a backend implements), ``BackendInfo`` (what it declares),
-  ``Prepared`` (what ``prepare`` reports), ``Option`` (a typed backend option), ``RunConfig``
+  ``Prepared`` (what ``prepare`` reports), ``DeviceMemory`` (what ``device_memory``
+  reports, since 2.1), ``Option`` (a typed backend option), ``RunConfig``
   (the resolved run it is given), ``hookimpl`` (marks ``register_backends``)
 - a backend driven by a step loop of its own framework objects: ``RunBackend``
 - several workers: ``Engine``, ``LaunchPlan``, ``LocalCluster``, ``ClusterRank``
@@ -16,7 +17,7 @@ answers with one line naming its replacement (``accelbench.backend.MIGRATIONS``)
   ``UsageError`` (bad input: one line, exit 2)
 """
 
-from .backend import Backend, BackendInfo, Option, Prepared, RunBackend, training_flops
+from .backend import Backend, BackendInfo, DeviceMemory, Option, Prepared, RunBackend, training_flops
 from .config import RunConfig
 from .environment import cpu_flags, cpu_model, gpus
 from .errors import UsageError
@@ -26,8 +27,8 @@ from .training import EVAL_CROP_FRACTION, describe_preprocessing
 
 #: the version of this surface; a plugin may declare the one it was written for (``PLUGIN_API``
 #: in its module): a plugin written for another major version is told what changed
-PLUGIN_API = "2.0"
+PLUGIN_API = "2.1"
 
-__all__ = ["PLUGIN_API", "Backend", "BackendInfo", "ClusterRank", "EVAL_CROP_FRACTION", "Engine", "LaunchPlan",
+__all__ = ["PLUGIN_API", "Backend", "BackendInfo", "ClusterRank", "DeviceMemory", "EVAL_CROP_FRACTION", "Engine", "LaunchPlan",
            "LocalCluster", "Option", "Prepared", "RunBackend", "RunConfig", "UsageError", "cpu_flags", "cpu_model",
            "describe_preprocessing", "gpus", "hookimpl", "training_flops"]

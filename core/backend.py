@@ -268,6 +268,23 @@ class Prepared:
         return [message for message, ok in checks.items() if not ok]
 
 
+@dataclass(frozen=True)
+class DeviceMemory:
+    """What ``Backend.device_memory`` reports: the device memory the process's framework held at
+    its peak (model, optimizer state, activations of the batch, its caching allocator's pools), and
+    which counter said so; or no figure and why (``peak_bytes`` None)."""
+
+    peak_bytes: int | None
+    #: the framework's counter, e.g. "torch.cuda.max_memory_reserved"
+    source: str = ""
+    reason: str = ""
+
+    @classmethod
+    def on_host(cls) -> DeviceMemory:
+        """A run on the CPU: its device memory is the host's, which the record counts already."""
+        return cls(None, reason="a CPU run: its device memory is the host's (memory.host_peak_bytes)")
+
+
 class Backend:
     """Base class for backends. Subclasses set ``info`` and implement the worker-side methods."""
 
@@ -290,6 +307,14 @@ class Backend:
 
     def prepare(self, config: "RunConfig") -> Prepared:
         raise NotImplementedError
+
+    def device_memory(self) -> DeviceMemory:
+        """Optional (plugin API 2.1): called once after the timed steps, in the worker. The
+        framework's own peak of device memory since the process started, e.g. PyTorch's
+        ``torch.cuda.max_memory_reserved()``, JAX's ``memory_stats()["peak_bytes_in_use"]``,
+        TensorFlow's ``get_memory_info(device)["peak"]``; on a CPU, where the device's memory is
+        the host's, no figure and that reason (the record's host peak counts it)."""
+        return DeviceMemory(None, reason=f"{self.describe().name} does not report device memory")
 
     def step(self) -> float | None:
         """Run one synced training step; return the loss (a host float) when there is one."""
@@ -356,6 +381,12 @@ class RunBackend(Backend):
 
     def evaluate(self) -> dict[str, float]:
         return self.run.evaluate()
+
+    def device_memory(self) -> DeviceMemory:
+        """``self.run.device_memory()`` where the run object has one."""
+        if hasattr(self.run, "device_memory"):
+            return self.run.device_memory()
+        return super().device_memory()
 
     def teardown(self) -> dict[str, Any]:
         final = {"weights_checksum": self.run.weights_checksum()}

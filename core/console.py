@@ -15,7 +15,7 @@ from rich.text import Text
 from .runner import RunObserver
 
 COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
-           "95% CI", "step median", "CV", "GFLOP/s", "of peak")
+           "95% CI", "step median", "CV", "GFLOP/s", "of peak", "start-up", "peak memory", "J/image")
 NUMERIC_COLUMNS = set(COLUMNS[5:])
 STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable": "yellow", "skipped": "yellow"}
 
@@ -196,6 +196,9 @@ class ResultsTable:
         if no_peak:
             out.print(plain(("note", "cyan"), f" no peak to compare with for {', '.join(no_peak)}: "
                                               f"`accelbench peak` measures this machine's ('of peak' then shows it)"))
+        no_energy = {e["reason"] for r in self.records if (e := r.get("energy")) and e.get("reason")}
+        for reason in sorted(no_energy):
+            out.print(plain(("note", "cyan"), f" no energy figure (J/image): {reason}"))
         for r in self.records:
             if r["reason"]:
                 out.print(plain((r["status"], STATUS_STYLE[r["status"]]), f" {backend_label(r)}: {r['reason']}"))
@@ -233,7 +236,22 @@ class ResultsTable:
             f"{st['cv']:.1%}" if st else "-",
             f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl["achieved_per_s"] else "-",
             f"{fl['utilisation']:.0%}" if fl and fl.get("utilisation") is not None else "-",
+            *footprint_cells(r),
         ]
+
+
+def footprint_cells(record: dict[str, Any]) -> list[str]:
+    """Start-up (the median trial's, to its first step's end), peak memory (host; the device's
+    after it where the framework said) and joules per image; ``-`` where the record has none."""
+    startup = (record.get("startup") or {}).get("worker_to_first_step_s")
+    memory = record.get("memory") or {}
+    host, device = memory.get("host_peak_bytes"), memory.get("device_peak_bytes")
+    shown = [f"{host / 2**30:.2f} GiB" if host is not None else "-"]
+    if device is not None:
+        shown.append(f"{device / 2**30:.2f} GiB device")
+    joules = (record.get("energy") or {}).get("joules_per_image")
+    return [f"{startup:.1f} s" if startup is not None else "-", " + ".join(shown),
+            f"{joules:.3g}" if joules is not None else "-"]
 
 
 def backend_label(record: dict[str, Any]) -> str:

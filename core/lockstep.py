@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Callable
 
-from . import busy, envs, records, stats
+from . import busy, envs, footprint, records, stats
+from .energy import EnergyUse
 from .errors import UsageError
 from .records import TrialOutcome
 from .runner import RunObserver, ScheduledRun
@@ -94,6 +95,8 @@ class Side:
         self.worker: Worker | None = None
         self.observer, self.trial = observer, len(self.ctx.outcomes)
         self.warmup_calls, self.warmup_rule, self.call_s = 0, "", 0.0
+        self.startup: footprint.Startup | None = None
+        self.device_memory = None
 
     def open(self, python: str | None) -> None:
         """Start, check, prepare and warm up the worker, then park it; WorkerFailure or Unavailable."""
@@ -103,7 +106,8 @@ class Side:
         if reason:
             raise Unavailable(reason)
         self.prepared = self._call("prepare")
-        self.warmup_calls, self.warmup_rule = self._call("warm_up")
+        self.warmup_calls, self.warmup_rule, marks = self._call("warm_up")
+        self.startup = footprint.Startup.of(self.worker.spawned, marks)
         # one more warm-up call, timed, to size the blocks: the last warm-up calls' pace
         probe = self._call("step", 1)
         self.warmup_calls += 1
@@ -136,8 +140,10 @@ class Side:
         return block
 
     def teardown(self) -> None:
-        """The backend's teardown, as after any trial's timed steps (WorkerFailure if it fails)."""
+        """The framework's device peak and the backend's teardown, as after any trial's timed steps
+        (WorkerFailure if either fails)."""
         self.wake()
+        self.device_memory = self._call("device_memory")
         self._call("teardown")
 
     def _call(self, command: str, *args):
@@ -165,9 +171,9 @@ class Side:
             timed_calls=sum(t.timed_calls for t in counted), steps_per_call=self.prepared.steps_per_call,
             losses=[loss for t in counted for loss in t.losses], warmup_calls=self.warmup_calls,
             warmup_rule=self.warmup_rule, timed_rule=f"lockstep: {len(counted)} blocks",
-            usage=_summed_usage([t.usage for t in counted]))
-        return TrialOutcome("ok", "", timing, self.prepared, blocks=list(self.blocks),
-                            started_utc=self.started_utc)
+            usage=_summed_usage([t.usage for t in counted]), energy=_summed_energy([t.energy for t in counted]))
+        return TrialOutcome("ok", "", timing, self.prepared, blocks=list(self.blocks), started_utc=self.started_utc,
+                            device_memory=self.device_memory, startup=self.startup)
 
     def close(self) -> None:
         if self.worker is not None:
@@ -179,7 +185,16 @@ def _summed_usage(usages: list[ProcessUsage | None]) -> ProcessUsage | None:
     if not usages or any(u is None for u in usages):
         return None
     return ProcessUsage(sum(u.cpu_user_s for u in usages), sum(u.cpu_system_s for u in usages),
-                        sum(u.minor_page_faults for u in usages), usages[-1].anon_huge_pages_bytes)
+                        sum(u.minor_page_faults for u in usages), usages[-1].anon_huge_pages_bytes,
+                        usages[-1].peak_resident_bytes)  # a level since the process started: the last is the peak
+
+
+def _summed_energy(uses: list[EnergyUse | None]) -> EnergyUse | None:
+    """The blocks' joules; the first block's reason where a block has none."""
+    missing = next((u for u in uses if u is None or u.joules is None), None)
+    if missing is not None or not uses:
+        return missing
+    return EnergyUse(sum(u.joules for u in uses), uses[0].source)
 
 
 class LockstepRun(ScheduledRun):

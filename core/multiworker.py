@@ -14,9 +14,11 @@ from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from .config import RunConfig
+from .footprint import Startup
 from .launch import LaunchPlan
 from .records import TrialOutcome, TrialRow
 from .registry import BackendRef
+from .timing import ProcessUsage
 from .workers import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
 
 SERVICE_EXIT_GRACE_S = 20
@@ -44,8 +46,10 @@ def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
             return [TrialOutcome("unavailable", refusal) for _ in workers]
         prepared = _all(workers, services, "prepare")
         timings = _all(workers, services, "run", on_progress=on_progress)
+        memories = _all(workers, services, "device_memory")
         finals = _all(workers, services, "teardown")
-        return [TrialOutcome("ok", "", t, p, f) for t, p, f in zip(timings, prepared, finals)]
+        return [TrialOutcome("ok", "", t, p, f, device_memory=m, startup=Startup.of(w.spawned, t.startup))
+                for t, p, f, m, w in zip(timings, prepared, finals, memories, workers)]
     except WorkerFailure as failure:
         return [TrialOutcome(failure.status, failure.reason) for _ in launch.worker_envs]
     finally:
@@ -116,13 +120,29 @@ def _finish_services(services: list[Worker]) -> None:
 
 def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
     """One outcome for the whole run: the slowest worker's timing (global images/sec = all
-    workers' images / the slowest worker's wall time), rank 0's losses."""
+    workers' images / the slowest worker's wall time), rank 0's losses; the workers' peak resident
+    sets summed, the largest device peak, the last rank's start-up (the job waits for it)."""
     if any(o.status != "ok" for o in outcomes):
         worst = next(o for o in outcomes if o.status != "ok")
         return TrialOutcome(worst.status, worst.reason, None, outcomes[0].prepared)
     slowest = max(outcomes, key=lambda o: o.timing.wall_time_s)
-    timing = dataclasses.replace(slowest.timing, losses=outcomes[0].timing.losses)
-    return TrialOutcome("ok", "", timing, outcomes[0].prepared, outcomes[0].final)
+    timing = dataclasses.replace(slowest.timing, losses=outcomes[0].timing.losses, energy=None,
+                                 usage=_summed_peaks(slowest.timing.usage, [o.timing.usage for o in outcomes]))
+    memories = [o.device_memory for o in outcomes if o.device_memory is not None]
+    device_memory = max(memories, key=lambda m: m.peak_bytes or -1) if memories else None
+    startups = [o.startup for o in outcomes if o.startup is not None]
+    notes = {"host_source": f"the sum of the {len(outcomes)} workers' peak resident sets (getrusage ru_maxrss each)",
+             "energy": "multi-worker runs: every worker reads the whole machine's counters; they are not added up"}
+    return TrialOutcome("ok", "", timing, outcomes[0].prepared, outcomes[0].final, device_memory=device_memory,
+                        startup=max(startups, key=lambda s: s.worker_to_first_step_s) if startups else None,
+                        footprint_notes=notes)
+
+
+def _summed_peaks(usage: ProcessUsage | None, ranks: list[ProcessUsage | None]) -> ProcessUsage | None:
+    peaks = [u.peak_resident_bytes for u in ranks if u is not None and u.peak_resident_bytes]
+    if usage is None or len(peaks) != len(ranks):
+        return usage and dataclasses.replace(usage, peak_resident_bytes=None)
+    return dataclasses.replace(usage, peak_resident_bytes=sum(peaks))
 
 
 def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[dict[str, Any]]:

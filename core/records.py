@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from . import peaks, stats, validation
-from .backend import Prepared
+from . import footprint, peaks, stats, validation
+from .backend import DeviceMemory, Prepared
 from .config import RunConfig
 from .errors import UsageError
 from .registry import BackendRef
@@ -49,6 +49,13 @@ class TrialOutcome:
     ended_utc: str | None = None
     #: a lockstep trial's blocks (``accelbench.lockstep.Block``), counted or not
     blocks: list[Any] | None = None
+    #: the framework's device memory peak (``Backend.device_memory``), read after the timed steps
+    device_memory: DeviceMemory | None = None
+    #: when the worker's first step and warm-up ran, from the host starting it
+    startup: footprint.Startup | None = None
+    #: where a figure of ``accelbench.footprint`` differs from a single worker's: why it is missing
+    #: ("startup", "host_memory", "device_memory", "energy") or what it is ("host_source")
+    footprint_notes: dict[str, str] | None = None
 
 
 @dataclass
@@ -150,6 +157,9 @@ class TrialRow:
     process: ProcessUsage | None = omitted_while_none()
     #: lockstep: every block of this trial's process, with the machine's foreign load during it
     blocks: list[Any] | None = omitted_while_none()
+    startup: footprint.Startup | None = omitted_while_none()
+    #: the energy counters' joules over this trial's timed steps
+    energy_j: float | None = omitted_while_none()
 
     @classmethod
     def of(cls, index: int, outcome: TrialOutcome, batch: int) -> TrialRow:
@@ -163,12 +173,14 @@ class TrialRow:
         images = batch * timing.timed_steps
         return cls(index, outcome.status, outcome.reason, images, timing.wall_time_s, images / timing.wall_time_s,
                    list(timing.step_times), list(timing.losses), timing.warmup_calls * timing.steps_per_call,
-                   **when, process=timing.usage)
+                   **when, process=timing.usage, startup=outcome.startup,
+                   energy_j=timing.energy.joules if timing.energy else None)
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> TrialRow:
-        process = row.get("process")
-        return cls(**{**row, "process": ProcessUsage(**process) if process else None})
+        process, startup = row.get("process"), row.get("startup")
+        return cls(**{**row, "process": ProcessUsage(**process) if process else None,
+                      "startup": footprint.Startup(**startup) if startup else None})
 
 
 @dataclass
@@ -228,6 +240,10 @@ class Record:
     schedule: dict[str, Any] | None = omitted_while_none()
     mode: str | None = omitted_while_none()
     training: dict[str, Any] | None = omitted_while_none()
+    #: what the run cost besides time (ok records, since 1.11)
+    memory: footprint.Memory | None = omitted_while_none()
+    energy: footprint.Energy | None = omitted_while_none()
+    startup: footprint.StartupSummary | None = omitted_while_none()
 
 
 def build(ctx: RunContext) -> dict[str, Any]:
@@ -280,6 +296,9 @@ def _assemble(ctx: RunContext) -> Record:
         record.throughput, record.step_time, warnings = statistics(record.trials, cfg)
         record.warnings += warnings
         _add_scaling_efficiency(record)
+        record.memory = footprint.memory_of(ctx.outcomes)
+        record.energy = footprint.energy_of(ctx.outcomes, record.throughput.images)
+        record.startup = footprint.startup_of(ctx.outcomes)
     if prepared.flops_per_image:
         record.flops = Flops(prepared.flops_per_image)
         record.warnings += complete_flops(record.flops, record.throughput, record.precision, record.device,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import config as configuration
-from . import datasets, environment, envs, netns, records, stats
+from . import datasets, environment, envs, footprint, netns, records, stats
 from .config import RunConfig
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
@@ -53,6 +53,11 @@ class RunObserver:
         print(text, file=sys.stderr, flush=True)
 
 
+#: train mode's epochs are timed by core's epoch loop, which reads no counters (yet)
+TRAIN_MODE_NOTES = {what: "train mode: not measured (its figures are the epochs' time to accuracy)"
+                      for what in ("startup", "device_memory", "energy")}
+
+
 def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, int, int], None] | None = None,
               python: str | None = None, on_environment: Callable[[dict], None] | None = None) -> TrialOutcome:
     """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker
@@ -73,12 +78,14 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         if config.mode == "train":
             prepared = handle.call("prepare_training")
             training = handle.call("train", on_progress=on_progress)
-            timing = training.steady
-        else:
-            prepared = handle.call("prepare")
-            training, timing = None, handle.call("run", on_progress=on_progress)
+            handle.call("teardown")
+            return TrialOutcome("ok", "", training.steady, prepared, training=training, footprint_notes=TRAIN_MODE_NOTES)
+        prepared = handle.call("prepare")
+        timing = handle.call("run", on_progress=on_progress)
+        device_memory = handle.call("device_memory")
         handle.call("teardown")
-        return TrialOutcome("ok", "", timing, prepared, training=training)
+        return TrialOutcome("ok", "", timing, prepared, device_memory=device_memory,
+                            startup=footprint.Startup.of(handle.spawned, timing.startup))
     except WorkerFailure as failure:
         failure = handle.keep_log(failure)
         return TrialOutcome(failure.status, failure.reason, None, prepared)
@@ -281,6 +288,12 @@ class Unavailable(Exception):
     """The backend cannot run this config here; the message says why."""
 
 
+#: a session's calls are timed one ``steps`` at a time by its caller (pytest-benchmark)
+SESSION_NOTES = {"startup": "a session's calls are driven by its caller: its warm-up is the caller's",
+                 "energy": "not read for a session's calls, which its caller times a few at a time",
+                 "host_memory": "not read for a session's calls"}
+
+
 class BackendSession:
     """A persistent worker for one backend and config: prepared once, then stepped on demand.
 
@@ -338,8 +351,10 @@ class BackendSession:
                         warmup_calls=warmup_calls, warmup_rule=f"fixed: {warmup_calls * per_call} steps",
                         timed_rule=f"counted: {timed_calls * per_call} steps")
         prepared = dataclasses.replace(self.prepared, settings={**self.prepared.settings, "timed_by": timed_by})
+        outcome = TrialOutcome("ok", "", timing, prepared, device_memory=self.worker.call("device_memory"),
+                               footprint_notes=SESSION_NOTES)
         ctx = RunContext(self.ref, config, environment.collect(self.ref.backend.describe().requires),
-                         [TrialOutcome("ok", "", timing, prepared)], worker=self.worker_described)
+                         [outcome], worker=self.worker_described)
         return build(ctx)
 
     def close(self) -> None:

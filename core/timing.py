@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+from .energy import EnergyUse, Meter
 
 #: progress is reported at most this often, so reporting costs nothing measurable
 PROGRESS_INTERVAL_S = 1.0
@@ -70,6 +73,8 @@ class ProcessUsage:
     minor_page_faults: int
     #: left out of the record while None (``records.to_json``): the kernel did not say
     anon_huge_pages_bytes: int | None = field(default=None, metadata={"omit_if_none": True})
+    #: the process's peak resident set since it started (``ru_maxrss``), read at the end: a level
+    peak_resident_bytes: int | None = field(default=None, metadata={"omit_if_none": True})
 
     @classmethod
     def now(cls) -> ProcessUsage | None:
@@ -78,7 +83,9 @@ class ProcessUsage:
         except ImportError:  # Windows
             return None
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt)
+        # kilobytes on Linux, bytes on macOS
+        peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt, peak_resident_bytes=peak or None)
 
     @classmethod
     def since(cls, before: ProcessUsage | None) -> ProcessUsage | None:
@@ -89,7 +96,34 @@ class ProcessUsage:
         if before is None or after is None:
             return None
         return cls(after.cpu_user_s - before.cpu_user_s, after.cpu_system_s - before.cpu_system_s,
-                   after.minor_page_faults - before.minor_page_faults, huge_page_bytes())
+                   after.minor_page_faults - before.minor_page_faults, huge_page_bytes(), after.peak_resident_bytes)
+
+
+@dataclass(frozen=True)
+class StartupMarks:
+    """``time.monotonic()`` in the worker at the first step's start and end and at the warm-up's
+    start and end. On Linux that clock is one for every process of the machine, so the host sets
+    them against its own reading from when it started the worker (``records.Startup``)."""
+
+    warmup_started: float
+    first_step_started: float
+    first_step_ended: float
+    warmup_ended: float
+
+
+class _FirstCall:
+    """``step``, noting when its first call started and ended."""
+
+    def __init__(self, step: Callable[[], float | None]):
+        self.step, self.started, self.ended = step, None, None
+
+    def __call__(self) -> float | None:
+        if self.started is not None:
+            return self.step()
+        self.started = time.monotonic()
+        loss = self.step()
+        self.ended = time.monotonic()
+        return loss
 
 
 @dataclass
@@ -107,6 +141,10 @@ class Timing:
     timed_rule: str = ""
     #: what the timed calls cost this process besides wall time; None where the platform cannot say
     usage: ProcessUsage | None = None
+    #: the energy counters' advance over the timed calls (None: no meter was asked for)
+    energy: EnergyUse | None = None
+    #: when the process's first step and its warm-up ran (None for blocks of a warm worker)
+    startup: StartupMarks | None = None
 
     @property
     def timed_steps(self) -> int:
@@ -114,11 +152,18 @@ class Timing:
 
 
 def run_timed(step: Callable[[], float | None], plan: TimingPlan,
-              progress: Callable[[str, int, int], None] | None = None) -> Timing:
-    """Warm up, then time calls of ``step`` as ``plan`` says; per-step times and the region's wall time."""
+              progress: Callable[[str, int, int], None] | None = None, meter: Meter | None = None,
+              first_steps: bool = False) -> Timing:
+    """Warm up, then time calls of ``step`` as ``plan`` says; per-step times and the region's wall
+    time, the energy ``meter`` counted over it, and (``first_steps``: these are the process's first
+    calls of ``step``) when the first step and the warm-up ran."""
     report = _throttled(progress)
+    step = _FirstCall(step) if first_steps else step
+    warmup_started = time.monotonic()
     warmup_calls, warmup_rule = warm_up(step, plan, report)
+    warmup_ended = time.monotonic()
     usage_before = ProcessUsage.now()
+    energy_before = meter.read() if meter else None
     marks = [time.perf_counter()]
     losses: list[float | None] = []
     deadline = marks[0] + plan.time_box_s if plan.time_box_s else None
@@ -128,6 +173,7 @@ def run_timed(step: Callable[[], float | None], plan: TimingPlan,
         if loss is not None:
             losses.append(_finite_or_none(loss))
         report("timed", len(marks) - 1, plan.timed_calls)  # None: a time box has no step count
+    energy = meter.between(energy_before, meter.read()) if meter else None
     usage = ProcessUsage.since(usage_before)
     calls = len(marks) - 1
     step_times = [(b - a) / plan.steps_per_call for a, b in zip(marks, marks[1:])]
@@ -135,7 +181,22 @@ def run_timed(step: Callable[[], float | None], plan: TimingPlan,
                   else f"time box {plan.time_box_s:g} s: {calls * plan.steps_per_call} steps")
     return Timing(step_times=step_times, wall_time_s=marks[-1] - marks[0], timed_calls=calls,
                   steps_per_call=plan.steps_per_call, losses=losses, warmup_calls=warmup_calls,
-                  warmup_rule=warmup_rule, timed_rule=timed_rule, usage=usage)
+                  warmup_rule=warmup_rule, timed_rule=timed_rule, usage=usage, energy=energy,
+                  startup=_marks(step, warmup_started, warmup_ended) if first_steps else None)
+
+
+def _marks(step: _FirstCall, warmup_started: float, warmup_ended: float) -> StartupMarks | None:
+    if step.started is None:
+        return None
+    return StartupMarks(warmup_started, step.started, step.ended, warmup_ended)
+
+
+def warm_up_marked(step: Callable[[], float | None], plan: TimingPlan) -> tuple[int, str, StartupMarks | None]:
+    """``warm_up`` of a process's first calls of ``step``, and when they ran (lockstep's sides)."""
+    first = _FirstCall(step)
+    started = time.monotonic()
+    calls, rule = warm_up(first, plan)
+    return calls, rule, _marks(first, started, time.monotonic())
 
 
 def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bool:

@@ -5,8 +5,9 @@ The host sends commands over a pipe; the worker answers each with ``("ok", paylo
 
 Commands: ``check``, ``prepare``, ``run`` (the timing loop), ``step`` (one synced step, or a
 block of them, for pytest-benchmark and lockstep), ``warm_up`` (the config's warm-up alone, before
-lockstep's blocks), ``teardown``, ``serve`` (a distributed engine's service role), ``exit``; train
-mode adds ``prepare_training``, ``train`` (core's epoch loop), ``write_dataset``, ``read_dataset``.
+lockstep's blocks), ``device_memory`` (the framework's peak, after the timed steps), ``teardown``,
+``serve`` (a distributed engine's service role), ``exit``; train mode adds ``prepare_training``,
+``train`` (core's epoch loop), ``write_dataset``, ``read_dataset``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import allocators, datasets, training
-from .backend import Backend, Prepared
+from . import allocators, datasets, energy, training
+from .backend import Backend, DeviceMemory, Prepared
 from .config import RunConfig
-from .timing import TimingPlan, run_timed, warm_up
+from .timing import TimingPlan, run_timed, warm_up_marked
 
 
 def apply_process_settings(config: RunConfig) -> None:
@@ -126,12 +127,15 @@ class _Session:
             return self.backend.read_dataset(*args)
         if command == "run":
             plan = TimingPlan.from_config(self.config, self.steps_per_call)
-            return run_timed(self.backend.step, plan, progress=self._progress)
+            return run_timed(self.backend.step, plan, progress=self._progress, meter=self._meter, first_steps=True)
         if command == "warm_up":  # lockstep: the config's warm-up rule, its blocks come as "step"
-            return warm_up(self.backend.step, TimingPlan.from_config(self.config, self.steps_per_call))
+            return warm_up_marked(self.backend.step, TimingPlan.from_config(self.config, self.steps_per_call))
         if command == "step":  # calls (one unless given) through the same timing loop: the pipe not timed
             calls = args[0] if args else 1
-            return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call))
+            return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call),
+                             meter=self._meter)
+        if command == "device_memory":  # after the timed steps: the framework's peak
+            return _device_memory(self.backend)
         if command == "prepare_matmul":
             prepared = self.backend.prepare_matmul(self.config, *args)
             _check_prepared(prepared, command)
@@ -147,6 +151,12 @@ class _Session:
         if command == "serve":
             return self.backend.serve(self.config)
         raise ValueError(f"unknown worker command {command!r}")
+
+    @functools.cached_property
+    def _meter(self) -> energy.Meter:
+        """The machine's energy counters, found once, before the first timed phase (a GPU's
+        counters only for a run on a GPU: idle GPUs beside a CPU run are not its cost)."""
+        return energy.Meter.find(gpus=self.config.device != "cpu")
 
     @functools.cached_property
     def _dataset(self) -> dict[str, Any]:
@@ -186,6 +196,20 @@ def _check_prepared(prepared: Any, command: str) -> None:
     problems = prepared.problems()
     if problems:
         raise ContractError(f"{command}() broke the contract: {'; '.join(problems)}")
+
+
+def _device_memory(backend: Backend) -> DeviceMemory:
+    """The backend's report, checked: a broken one is a figure missing with its reason, not a
+    failed run (the steps were measured already)."""
+    try:
+        found = backend.device_memory()
+    except Exception as exc:  # noqa: BLE001 - the timed steps are done; keep them
+        return DeviceMemory(None, reason=f"device_memory() raised {_describe(exc)}")
+    peak = getattr(found, "peak_bytes", "missing")
+    if not isinstance(found, DeviceMemory) or not (peak is None or (isinstance(peak, int) and peak >= 0)):
+        return DeviceMemory(None, reason=f"device_memory() must return accelbench.DeviceMemory with peak_bytes an "
+                                         f"integer >= 0 or None, not {found!r}"[:300])
+    return found
 
 
 def _out_of_memory(backend: Backend, exc: BaseException) -> bool:

@@ -47,6 +47,8 @@ class Worker:
         self.label = label
         self.conn, child = multiprocessing.Pipe()
         fd, self.log_path = tempfile.mkstemp(prefix=f"accelbench-{ref.id.replace(':', '-')}-{label}-", suffix=".log")
+        #: the host's monotonic clock when it started the process (start-up is counted from here)
+        self.spawned = time.monotonic()
         with os.fdopen(fd, "w") as log:
             self.process = subprocess.Popen(
                 [*(launcher or []), python or sys.executable, "-m", "accelbench.worker", str(child.fileno())],

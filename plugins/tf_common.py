@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from accelbench import Option, Prepared, RunConfig
+from accelbench import DeviceMemory, Option, Prepared, RunConfig
 from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError, training_flops
 
 from .cpu_features import OnednnProbe, bf16_emulation_from_onednn, bf16_emulation_warning, onednn_unread
@@ -341,6 +341,15 @@ def forward_macs(model) -> int:
 
 class TrainingRun:
     """Model, optimizer, synthetic data and a compiled step, built once in the worker."""
+
+    def device_memory(self) -> DeviceMemory:
+        """TensorFlow's allocator's peak on the run's largest GPU (``get_memory_info``)."""
+        if self.config.device == "cpu":
+            return DeviceMemory.on_host()
+        if self.config.device != "gpu":
+            return DeviceMemory(None, reason=f"TensorFlow gives no memory peak for {self.config.device} devices here")
+        peaks = [self.tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"] for i in range(self.config.device_count)]
+        return DeviceMemory(int(max(peaks)), "tf.config.experimental.get_memory_info(GPU)['peak'], the largest GPU's")
 
     def __init__(self, config: RunConfig, recipe: Recipe):
         self.config, self.recipe = config, recipe

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from accelbench import Prepared, RunConfig
+from accelbench import DeviceMemory, Prepared, RunConfig
 from accelbench.api import training_flops
 
 from . import hlo
@@ -63,6 +63,17 @@ def device_problem(config: RunConfig) -> str | None:
 
 class JaxRun:
     """Model, optimizer state, synthetic data on the devices and the jitted step, built once."""
+
+    def device_memory(self) -> DeviceMemory:
+        """XLA's allocator's peak on the run's largest device (``memory_stats``; a CPU client
+        keeps none)."""
+        if self.config.device == "cpu":
+            return DeviceMemory.on_host()
+        stats = [device.memory_stats() or {} for device in self.devices]
+        peaks = [s["peak_bytes_in_use"] for s in stats if "peak_bytes_in_use" in s]
+        if len(peaks) != len(stats):
+            return DeviceMemory(None, reason=f"JAX keeps no peak_bytes_in_use for {self.devices[0].platform} devices")
+        return DeviceMemory(int(max(peaks)), "jax Device.memory_stats()['peak_bytes_in_use'], the largest device's")
 
     def __init__(self, config: RunConfig):
         jax = import_jax(config)

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from accelbench.api import Prepared, RunConfig, cpu_flags, training_flops
+from accelbench.api import DeviceMemory, Prepared, RunConfig, cpu_flags, training_flops
 from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, onednn_unread
 
 from . import onednn
@@ -129,6 +129,12 @@ def forward_macs(mx, net, image_size: int, channels: int = 3) -> int:
 
 class GluonRun:
     """Model, trainer and synthetic data per context, built once in the worker."""
+
+    def device_memory(self) -> DeviceMemory:
+        if self.config.device == "cpu":
+            return DeviceMemory.on_host()
+        # mx.context.gpu_memory_info gives the free and total memory now, no peak
+        return DeviceMemory(None, reason="MXNet 1.9 reports a GPU's free and total memory, not a peak")
 
     def __init__(self, config: RunConfig):
         self.config = config

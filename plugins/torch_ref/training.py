@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from accelbench import Prepared, RunConfig
+from accelbench import DeviceMemory, Prepared, RunConfig
 from accelbench.api import training_flops
 from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, c_stdout_captured, onednn_unread, onednn_verbose_read_back
 from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
@@ -277,6 +277,17 @@ class TorchRun:
 
     def _device_name(self) -> str:
         return device_name(self.torch, self.device)
+
+    def device_memory(self) -> DeviceMemory:
+        """The caching allocator's largest pool (what the GPU had to hold), beside the largest
+        amount tensors took of it."""
+        if self.device.type != "cuda":
+            return DeviceMemory.on_host()
+        cuda = self.torch.cuda
+        allocated = cuda.max_memory_allocated(self.device)
+        return DeviceMemory(int(cuda.max_memory_reserved(self.device)),
+                            f"torch.cuda.max_memory_reserved (tensors at most {allocated} bytes of it: "
+                            f"max_memory_allocated)")
 
     def _cuda_read_back(self) -> dict:
         """On a GPU, what PyTorch will do with its convolutions and fp32 products, read from it:

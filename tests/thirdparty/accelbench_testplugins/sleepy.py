@@ -12,6 +12,9 @@ touches in prepare and holds to the end (a framework's weights and activations, 
 ``wave`` with ``wave_period_s``: a machine whose speed swings, the step time multiplied by
 ``1 + wave * sin(2 pi t / period)`` (t from ``drift_origin``): a neighbour's load coming and going
 on the scale of seconds. ``prepare_s``: prepare takes that long (imports, model build, compilation).
+``device_bytes``: what ``device_memory`` reports as the framework's device peak.
+``energy_uj_per_step``: each step advances the fake RAPL counter ``intel-rapl:0/energy_uj`` under
+``$ACCELBENCH_POWERCAP_ROOT`` by that much, wrapping at its ``max_energy_range_uj`` as RAPL does.
 A subclass may name an option of its own that multiplies its step time (``own_scale``) or makes
 its process exit abruptly after that many steps (``own_exit``), or that creates a file when it
 reaches a step (``own_flag``: options ``<own_flag>_file`` and ``<own_flag>_at``, a signal to a
@@ -52,7 +55,9 @@ class Sleepy(accelbench.Backend):
                  "hold_mb": "MiB allocated and touched in prepare, held to the end",
                  "steps_per_call": "steps each call runs (a host loop of steps)",
                  "wave": "relative amplitude of a swinging machine speed",
-                 "wave_period_s": "period of that swing, seconds", "prepare_s": "seconds prepare takes"})
+                 "wave_period_s": "period of that swing, seconds", "prepare_s": "seconds prepare takes",
+                 "device_bytes": "the device memory peak device_memory reports",
+                 "energy_uj_per_step": "microjoules each step adds to a fake RAPL counter"})
 
     def prepare(self, config):
         self.step_s = config.options.get("step_ms", 20) / 1000 * config.options.get("scale", 1.0)
@@ -72,9 +77,16 @@ class Sleepy(accelbench.Backend):
                      if self.own_flag else (None, None))
         self.steps_run = 0
         self.wave, self.period = config.options.get("wave", 0.0), config.options.get("wave_period_s", 1.0)
+        self.device_bytes = config.options.get("device_bytes")
+        self.energy_uj = config.options.get("energy_uj_per_step")
         time.sleep(config.options.get("prepare_s", 0.0))
         return accelbench.Prepared(device_name="test cpu", flops_per_image=1e9, steps_per_call=self.steps_per_call,
                                    settings={"step_s": self.step_s, "noise": self.noise})
+
+    def device_memory(self):
+        if self.device_bytes is None:
+            return super().device_memory()
+        return accelbench.DeviceMemory(self.device_bytes, "the test's device_bytes option")
 
     def step(self):
         for _ in range(self.steps_per_call):
@@ -94,8 +106,18 @@ class Sleepy(accelbench.Backend):
             slowdown *= 1 + 4 * self.slow_steps / self.slow_first
             self.slow_steps -= 1
         spin(max(0.0, self.step_s * slowdown * (1 + jitter)))
+        if self.energy_uj:
+            self.advance_energy_counter()
         self.loss *= 0.99
         return self.loss
+
+
+    def advance_energy_counter(self):
+        zone = os.path.join(os.environ["ACCELBENCH_POWERCAP_ROOT"], "intel-rapl:0")
+        with open(os.path.join(zone, "max_energy_range_uj")) as limit, open(os.path.join(zone, "energy_uj")) as now:
+            value = (int(now.read()) + self.energy_uj) % int(limit.read())
+        with open(os.path.join(zone, "energy_uj"), "w") as counter:
+            counter.write(str(value))
 
 
 @accelbench.hookimpl
