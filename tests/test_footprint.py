@@ -170,3 +170,25 @@ def test_a_multi_worker_trial_sums_its_workers_peaks_and_does_not_add_up_machine
     assert memory.device_peak_bytes == 60 * MIB
     assert footprint.energy_of([merged], 16).joules is None
     assert footprint.startup_of([merged]).worker_to_first_step_s == 4.0
+
+
+def test_nvml_counts_each_visible_gpus_total_energy_in_millijoules(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    readings = {0: [1000, 5000], 1: [0, 0], 2: [10_000, 12_500]}
+    fake = types.SimpleNamespace(
+        NVMLError=RuntimeError, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 3,
+        nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlDeviceGetTotalEnergyConsumption=lambda handle: readings[handle][0])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(tmp_path / "none"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2")
+    meter = energy.Meter.find(gpus=True)
+    assert [c.name for c in meter.counters] == ["NVML GPU 0", "NVML GPU 2"]
+    before = meter.read()
+    for values in readings.values():
+        values.reverse()
+    used = meter.between(before, meter.read())
+    assert used.joules == pytest.approx((4000 + 2500) / 1e3)
+    assert used.source.startswith("NVML GPU 0, NVML GPU 2: whole devices") and "RAPL/powercap" in used.source

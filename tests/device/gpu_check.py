@@ -101,13 +101,17 @@ class RunLine:
     device: str = ""
     elapsed_s: float = 0.0
     record_file: str = ""
+    #: the record's device peak and joules per image, or why it has none (#56)
+    device_memory: str = ""
+    energy: str = ""
 
     def text(self) -> str:
         head = f"{self.plugin} {self.precision}" + (f" b{self.batch}" if self.batch else "")
         if self.status != "ok":
             return f"{head}: {self.status} {self.reason}".strip() + f" ({self.elapsed_s:.0f} s)"
         use = f", utilisation {self.utilisation:.1%}" if self.utilisation is not None else ", no published peak"
-        return f"{head}: ok {self.images_per_sec:.1f} img/s{use} on {self.device} ({self.elapsed_s:.0f} s)"
+        return (f"{head}: ok {self.images_per_sec:.1f} img/s{use} on {self.device} ({self.elapsed_s:.0f} s); "
+                f"device memory {self.device_memory}; energy {self.energy}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,7 +344,24 @@ def line_from_record(plugin: str, precision: str, record_file: Path, done: subpr
     return RunLine(plugin, precision, record["status"], record["reason"][:300], record["batch"]["global"],
                    tp["images_per_sec"] if tp else None, flops.get("utilisation"), flops.get("peak_source", ""),
                    f"{record['device']['kind']}x{record['device']['count']} {record['device']['name']}".strip(),
-                   record_file=str(record_file.relative_to(record_file.parents[1])))
+                   record_file=str(record_file.relative_to(record_file.parents[1])),
+                   device_memory=device_memory_text(record.get("memory")), energy=energy_text(record.get("energy")))
+
+
+def device_memory_text(memory: dict | None) -> str:
+    if not memory:
+        return "not in the record"
+    if memory["device_peak_bytes"] is None:
+        return f"none ({memory.get('device_reason', '')})"
+    return f"{memory['device_peak_bytes'] / 2**30:.2f} GiB ({memory['device_source']})"
+
+
+def energy_text(energy: dict | None) -> str:
+    if not energy:
+        return "not in the record"
+    if energy["joules_per_image"] is None:
+        return f"none ({energy.get('reason', '')})"
+    return f"{energy['joules_per_image']:.3f} J/image, {energy['images_per_kwh']:.0f} images/kWh ({energy['source']})"
 
 
 def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLine],
