@@ -70,6 +70,8 @@ def price_options(command):
                      help="Price catalogue JSON adding to/overriding the shipped 2018 one."),
         click.option("--price", help="Price every run at this catalogue entry (e.g. p3.8xlarge)."),
         click.option("--price-per-hour", type=FINITE, help="Price every run at this hourly price (your own hardware)."),
+        click.option("--price-per-kwh", type=FINITE,
+                     help="Price the measured energy at this much per kWh (owned hardware: the cost block's energy)."),
         click.option("--epochs", type=click.IntRange(min=1), default=90, show_default=True,
                      help="Epochs for the cost-to-train figure."),
     ]):
@@ -157,7 +159,7 @@ def plugins() -> None:
 @price_options
 def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, blocks, block_time,
         when_busy, until_decided, until_halfwidth, max_time, quiet, as_json, wide, pythons, env_matrix, no_create_env,
-        prices, price, price_per_hour, epochs, **flags) -> None:
+        prices, price, price_per_hour, price_per_kwh, epochs, **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
     from . import cost, envs, inputs, runner
     from .console import ResultsTable
@@ -175,12 +177,11 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
                             [envs.parse_requirements(e) for e in env_matrix])
     if schedule.until and runnable < 2:
         raise UsageError("--until-decided/--until-halfwidth compare runs: select at least two that can run here")
-    catalogue = cost.load_catalogue(prices)
-    explicit = cost.explicit_price(price, price_per_hour, catalogue)
+    pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
     inputs.check_output(path, force)  # the last check: after it, workers start
     view = _View(quiet=quiet, as_json=as_json, wide=wide)
-    done = _execute(plans, path, catalogue, explicit, epochs, ResultsTable, schedule, view, force,
+    done = _execute(plans, path, pricing, ResultsTable, schedule, view, force,
                     create_envs=not no_create_env)
     if (schedule.until or schedule.kind == "lockstep") and view.tables:
         _print_comparison(done, schedule.until.tolerance if schedule.until else None, wide)
@@ -271,12 +272,12 @@ def _pythons(given: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedule=None,
+def _execute(plans, path: Path, pricing, table, schedule=None,
              view: _View = _View(), force: bool = False, create_envs: bool = True) -> list[dict[str, Any]]:
     """Run the plans, pricing the records and merging them into the results file after every trial
     (so an interruption keeps every finished one, and the records other runs put there stay;
     ``force``: the file is started afresh); print ``table``; exit 1 when a run failed."""
-    from . import cost, lockstep, records, runner
+    from . import lockstep, records, runner
     from .console import run_observer
 
     done: list[dict[str, Any]] = []
@@ -285,7 +286,7 @@ def _execute(plans, path: Path, catalogue, explicit, epochs: int, table, schedul
 
     def keep(snapshot: list[dict[str, Any]]) -> None:
         for record in snapshot:
-            cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
+            pricing.price(record)
         writer.write(snapshot)
         done[:] = snapshot
 
@@ -525,7 +526,7 @@ def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, a
 @click.option("--markdown", is_flag=True, help="Print the --evidence folder's tables as Markdown (what the docs show).")
 @price_options
 def report(files: tuple[str, ...], out_dir: str | None, reference: bool, tolerance: str, evidence: str | None,
-           markdown: bool, prices, price, price_per_hour, epochs) -> None:
+           markdown: bool, prices, price, price_per_hour, price_per_kwh, epochs) -> None:
     """Write an HTML study report (throughput vs batch, images per dollar, every run) from results
     files, or with --evidence DIR --markdown print a folder of results files as Markdown tables."""
     from . import cost, records
@@ -543,9 +544,8 @@ def report(files: tuple[str, ...], out_dir: str | None, reference: bool, toleran
         raise UsageError("report: give results FILES and --out DIR (or --evidence DIR --markdown)")
     bound = parse_tolerance(tolerance)
     loaded = [r for name in files for r in records.read_results(name)]
-    catalogue = cost.load_catalogue(prices)
-    explicit = cost.explicit_price(price, price_per_hour, catalogue)
-    page = reporting.write(loaded, out_dir, catalogue, explicit, epochs, include_reference=reference, tolerance=bound)
+    pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
+    page = reporting.write(loaded, out_dir, pricing, include_reference=reference, tolerance=bound)
     click.echo(f"report: {page}")
 
 
@@ -598,8 +598,8 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
 @click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
               "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")
 @price_options
-def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, prices, price, price_per_hour, epochs,
-          **flags) -> None:
+def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, prices, price, price_per_hour,
+          price_per_kwh, epochs, **flags) -> None:
     """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
     from . import cost, datasets, inputs, runner
     from .config import RunConfig
@@ -612,14 +612,13 @@ def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, p
     if target is not None and not 0 < target <= 1:
         raise UsageError(f"--target-top1 must be in (0, 1], got {target:g}")
     # everything the user gave is checked before the digits are converted (workers) or a run starts
-    catalogue = cost.load_catalogue(prices)
-    explicit = cost.explicit_price(price, price_per_hour, catalogue)
+    pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
     inputs.check_output(path, force)
     dataset = datasets.load(data_dir or runner.default_dataset(refs))
     config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
     plans = runner.plan(refs, config)
-    _execute(plans, path, catalogue, explicit, epochs, TrainingTable, view=_View(wide=wide), force=force)
+    _execute(plans, path, pricing, TrainingTable, view=_View(wide=wide), force=force)
 
 
 def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,11 @@ With ``ips`` images/sec measured on an instance billed ``price`` per hour:
 - time to a target       = epochs to target * hours per epoch
 - cost to a target       = time to target * price
 
+With ``--price-per-kwh`` (owned hardware) and a record whose energy was measured:
+
+- energy cost per image  = joules per image / 3.6e6 * price per kWh
+- energy cost per epoch  = energy cost per image * IMAGENET_EPOCH_IMAGES
+
 A record with no matching price gets a cost block that says "no price", never a guessed number.
 """
 
@@ -27,6 +32,7 @@ from .errors import UsageError
 IMAGENET_EPOCH_IMAGES = 1_281_167
 DEFAULT_EPOCHS = 90
 SECONDS_PER_HOUR = 3600
+JOULES_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)
@@ -144,8 +150,45 @@ def cost_to_target_block(training: dict[str, Any], price: Price | None) -> dict[
             "cost": hours * price.price_per_hour}
 
 
-def price_record(record: dict[str, Any], price: Price | None, epochs: int = DEFAULT_EPOCHS) -> None:
-    """Set the record's ``cost`` block and, for a train-mode record, its cost to target."""
+def energy_cost_block(record: dict[str, Any], per_kwh: float, currency: str = "USD") -> dict[str, Any]:
+    """``cost.energy``: the measured energy priced per kWh, or no figure and the record's reason."""
+    spent = record.get("energy") or {}
+    per_image_j = spent.get("joules_per_image")
+    block = {"price_per_kwh": per_kwh, "currency": currency}
+    if per_image_j is None:
+        reason = spent.get("reason") or "the record has no energy figure (written before result schema 1.11)"
+        return {**block, "per_image": None, "per_epoch": None, "reason": reason}
+    per_image = per_image_j / JOULES_PER_KWH * per_kwh
+    return {**block, "per_image": per_image, "per_epoch": per_image * IMAGENET_EPOCH_IMAGES}
+
+
+def price_record(record: dict[str, Any], price: Price | None, epochs: int = DEFAULT_EPOCHS,
+                 per_kwh: float | None = None) -> None:
+    """Set the record's ``cost`` block (with its energy priced, given ``per_kwh``) and, for a
+    train-mode record, its cost to target."""
     record["cost"] = cost_block(record, price, epochs)
+    if per_kwh is not None:
+        record["cost"]["energy"] = energy_cost_block(record, per_kwh)
     if record.get("training"):
         record["training"]["cost_to_target"] = cost_to_target_block(record["training"], price)
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How a command prices its records, from its pricing flags, checked before anything runs."""
+
+    catalogue: list[Price]
+    explicit: Price | None = None
+    epochs: int = DEFAULT_EPOCHS
+    per_kwh: float | None = None
+
+    @classmethod
+    def from_flags(cls, prices: str | None, price: str | None, price_per_hour: float | None, epochs: int,
+                   price_per_kwh: float | None) -> Pricing:
+        catalogue = load_catalogue(prices)
+        if price_per_kwh is not None and price_per_kwh <= 0:
+            raise UsageError(f"--price-per-kwh must be positive, got {price_per_kwh:g}")
+        return cls(catalogue, explicit_price(price, price_per_hour, catalogue), epochs, price_per_kwh)
+
+    def price(self, record: dict[str, Any]) -> None:
+        price_record(record, choose_price(record, self.catalogue, self.explicit), self.epochs, self.per_kwh)

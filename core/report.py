@@ -26,6 +26,7 @@ ACCURACY_PNG = "accuracy_vs_epoch.png"
 ROUNDS_PNG = "images_per_sec_by_round.png"
 COMPARE_PNG = "comparisons.png"
 PAIRS_PNG = "lockstep_pairs.png"
+FOOTPRINT_PNG = "startup_and_memory.png"
 REFERENCE_MARKERS = ("*", "P", "X", "D", "s", "^")
 #: the equivalence bound of the report's comparison section (``accelbench report --tolerance``)
 DEFAULT_TOLERANCE = 0.03
@@ -74,13 +75,12 @@ def run_label(record: dict[str, Any]) -> str:
             f"{model['variant'] or model['name']} {d['kind']}x{d['count']} {record['image_size']}px")
 
 
-def with_costs(records: list[dict[str, Any]], catalogue: list[cost.Price], explicit: cost.Price | None,
-               epochs: int) -> list[dict[str, Any]]:
+def with_costs(records: list[dict[str, Any]], pricing: cost.Pricing) -> list[dict[str, Any]]:
     """Copies of the records with a cost block at the price given or matched (or "no price")."""
     priced = []
     for record in records:
         record = copy.deepcopy(record)
-        cost.price_record(record, cost.choose_price(record, catalogue, explicit), epochs)
+        pricing.price(record)
         priced.append(record)
     return priced
 
@@ -132,6 +132,32 @@ def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | No
     return fig
 
 
+def footprint_figure(records: list[dict[str, Any]], title: str):
+    """Per run: its start-up in three parts (to the first step, the first step, the rest of the
+    warm-up) and its peak memory (host, and the device's where the framework said)."""
+    plt = _pyplot()
+
+    shown = [r for r in records if (r.get("startup") or {}).get("worker_to_first_step_s") is not None]
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 0.5 * len(shown) + 1.8), sharey=True)
+    for r in shown:
+        label, s, memory = f"{run_label(r)} b{r['batch']['global']}", r["startup"], r["memory"]
+        before = s["worker_to_first_step_s"] - s["first_step_s"]
+        time_ax.barh(label, before, color="tab:gray")
+        time_ax.barh(label, s["first_step_s"], left=before, color="tab:orange")
+        time_ax.barh(label, max(0.0, s["warmup_s"] - s["first_step_s"]), left=s["worker_to_first_step_s"],
+                     color="tab:olive")
+        memory_ax.barh(label, (memory["host_peak_bytes"] or 0) / 2**30, color="tab:blue", height=0.4, align="edge")
+        memory_ax.barh(label, (memory["device_peak_bytes"] or 0) / 2**30, color="tab:purple", height=-0.4,
+                       align="edge")
+    time_ax.legend(["before the first step", "first step", "rest of warm-up"], fontsize=8, loc="best")
+    memory_ax.legend(["host peak", "device peak"], fontsize=8, loc="best")
+    time_ax.set_xlabel("seconds (median trial)")
+    memory_ax.set_xlabel("GiB (largest trial)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def accuracy_figure(records: list[dict[str, Any]]):
     """Held-out top-1 against epoch, one line per train-mode record; its target dashed."""
     plt = _pyplot()
@@ -155,7 +181,10 @@ def round_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
         points = [(t["round"], t["images_per_sec"]) for t in record["trials"]
                   if "round" in t and t["images_per_sec"]]
         if len(points) >= 2:
-            series[f"{run_label(record)} b{record['batch']['global']} [run {record['schedule']['run_id'][:6]}]"] = points
+            # a run of one plan has rounds but no schedule block (nothing was interleaved with it)
+            run_id = (record.get("schedule") or {}).get("run_id")
+            label = f"{run_label(record)} b{record['batch']['global']}" + (f" [run {run_id[:6]}]" if run_id else "")
+            series[label] = points
     return series
 
 
@@ -247,8 +276,7 @@ def pairs_figure(results: list):
     return fig
 
 
-def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[cost.Price],
-          explicit: cost.Price | None = None, epochs: int = cost.DEFAULT_EPOCHS,
+def write(records: list[dict[str, Any]], out_dir: str | Path, pricing: cost.Pricing,
           include_reference: bool = True, tolerance: float = DEFAULT_TOLERANCE) -> Path:
     """Write index.html and its PNGs into ``out_dir``; returns the HTML path."""
     from . import compare
@@ -260,7 +288,8 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot write there: {exc.strerror or exc}") from None
     probe.close()
-    priced = with_costs(records, catalogue, explicit, epochs)
+    priced = with_costs(records, pricing)
+    catalogue, epochs = pricing.catalogue, pricing.epochs
     reference = study_reference() if include_reference else None
     groups = workloads(priced)
     figures = []
@@ -268,6 +297,9 @@ def write(records: list[dict[str, Any]], out_dir: str | Path, catalogue: list[co
         shown = reference if reference and is_study_workload(members, reference) else None
         figures += [(_figure_name(index, SWEEP_PNG), sweep_figure(members, shown, f"Throughput against batch: {label}")),
                     (_figure_name(index, DOLLARS_PNG), dollars_figure(members, shown, catalogue))]
+        if _footprints(members):
+            figures.append((_figure_name(index, FOOTPRINT_PNG),
+                            footprint_figure(members, f"Start-up and peak memory: {label}")))
     if training_records(priced):
         figures.append((ACCURACY_PNG, accuracy_figure(priced)))
     rounds = round_series(priced)
@@ -338,7 +370,45 @@ def _workload_section(index: int, label: str, members: list[dict[str, Any]], epo
 <th>step median (ms)</th><th>CV</th><th>GFLOP/s</th><th>utilisation</th><th>price / h</th><th>images per $</th>
 <th>$ per epoch</th><th>$ for {epochs} epochs</th><th>machine</th></tr>
 {rows}
+</table>
+{_footprint_section(index, members)}"""
+
+
+def _footprints(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ok records that say what they cost besides time (result schema 1.11 and later)."""
+    return [r for r in members if r["status"] == "ok" and r.get("startup")]
+
+
+def _footprint_section(index: int, members: list[dict[str, Any]]) -> str:
+    shown = _footprints(members)
+    if not shown:
+        return ""
+    rows = "\n".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _footprint_cells(r)) + "</tr>"
+                     for r in shown)
+    return f"""<h3>Start-up, memory and energy</h3><p>Start-up runs from the host starting a worker to the end
+of its first step (imports, model build, the first step's compilation); a short job pays it every time.
+Energy is the machine's own counters over the timed steps (whole devices, every process on them).</p>
+<img src="{_figure_name(index, FOOTPRINT_PNG)}" alt="start-up and peak memory of each run">
+<table><tr><th>run</th><th>start-up to first step (s)</th><th>first step (s)</th><th>warm-up (s)</th>
+<th>host peak (GiB)</th><th>device peak (GiB)</th><th>J per image</th><th>images per kWh</th>
+<th>energy cost per epoch</th></tr>
+{rows}
 </table>"""
+
+
+def _footprint_cells(r: dict[str, Any]) -> list[str]:
+    s, memory, spent = r["startup"], r["memory"], r["energy"]
+    seconds = lambda value: f"{value:.2f}" if value is not None else "-"  # noqa: E731
+    gib = lambda value: f"{value / 2**30:.2f}" if value is not None else "-"  # noqa: E731
+    priced = (r.get("cost") or {}).get("energy") or {}
+    energy_cost = (f"{priced['per_epoch']:,.2f} {priced['currency']} at {priced['price_per_kwh']:g}/kWh"
+                   if priced.get("per_epoch") is not None else "-")
+    return [run_label(r) + f" b{r['batch']['global']}", seconds(s["worker_to_first_step_s"]), seconds(s["first_step_s"]),
+            seconds(s["warmup_s"]), gib(memory["host_peak_bytes"]),
+            gib(memory["device_peak_bytes"]) if memory["device_peak_bytes"] is not None
+            else f"- ({memory.get('device_reason', '')})",
+            f"{spent['joules_per_image']:.3g}" if spent["joules_per_image"] is not None else f"- ({spent.get('reason', '')})",
+            f"{spent['images_per_kwh']:,.0f}" if spent["images_per_kwh"] is not None else "-", energy_cost]
 
 
 def _comparison_section(comparisons: list, tolerance: float) -> str:

@@ -192,3 +192,36 @@ def test_nvml_counts_each_visible_gpus_total_energy_in_millijoules(monkeypatch, 
     used = meter.between(before, meter.read())
     assert used.joules == pytest.approx((4000 + 2500) / 1e3)
     assert used.source.startswith("NVML GPU 0, NVML GPU 2: whole devices") and "RAPL/powercap" in used.source
+
+
+def test_price_per_kwh_prices_the_measured_energy_and_the_report_shows_it_beside_start_up_and_memory(
+        accelbench_cli, tmp_path, monkeypatch):
+    root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 0, 10**12)})
+    monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(root))
+    [record], done = run_sleepy(accelbench_cli, tmp_path, "energy_uj_per_step=250000", "device_bytes=2147483648",
+                                extra=("--price-per-kwh", "0.30"))
+    priced = record["cost"]["energy"]
+    per_image = record["energy"]["joules_per_image"] / 3.6e6 * 0.30
+    assert priced["per_image"] == pytest.approx(per_image) and priced["price_per_kwh"] == 0.30
+    assert priced["per_epoch"] == pytest.approx(per_image * 1_281_167)
+    report = accelbench_cli("report", str(tmp_path / "out.json"), "--out", str(tmp_path / "report"),
+                            "--price-per-kwh", "0.30")
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "Start-up, memory and energy" in page and "<td>2.00</td>" in page  # the device's 2 GiB
+    assert f"{priced['per_epoch']:,.2f} USD at 0.3/kWh" in page
+    assert (tmp_path / "report" / "w0-startup_and_memory.png").stat().st_size > 0
+
+
+def test_a_price_per_kwh_that_is_not_positive_is_refused_before_any_worker_starts(accelbench_cli, tmp_path):
+    done = accelbench_cli("run", "--backend", "sleepy:fixed-time", "--price-per-kwh", "0", "-o", str(tmp_path / "x.json"))
+    assert done.returncode == 2 and done.stderr.strip() == "error: --price-per-kwh must be positive, got 0"
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_record_without_an_energy_figure_gets_an_energy_price_with_the_reason():
+    from accelbench import cost
+
+    block = cost.energy_cost_block({"energy": {"joules_per_image": None, "reason": "no RAPL"}}, 0.3)
+    assert block == {"price_per_kwh": 0.3, "currency": "USD", "per_image": None, "per_epoch": None, "reason": "no RAPL"}
+    assert cost.energy_cost_block({}, 0.3)["reason"].startswith("the record has no energy figure")
