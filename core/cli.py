@@ -156,10 +156,13 @@ def plugins() -> None:
               help="Run every selected backend in an environment with these comma-separated requirements "
                    "added, e.g. 'framework==2.20.*,its-addon==2.20.*'; repeat for a version matrix.")
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
+@click.option("--peak", "measure_peak", is_flag=True,
+              help="First measure each framework's matrix-product peak here (as accelbench peak), so the records "
+                   "carry utilisation against it.")
 @price_options
 def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, blocks, block_time,
         when_busy, until_decided, until_halfwidth, max_time, quiet, as_json, wide, pythons, env_matrix, no_create_env,
-        prices, price, price_per_hour, price_per_kwh, epochs, **flags) -> None:
+        measure_peak, prices, price, price_per_hour, price_per_kwh, epochs, **flags) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
     from . import cost, envs, inputs, runner
     from .console import ResultsTable
@@ -181,6 +184,8 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
     inputs.check_output(path, force)  # the last check: after it, workers start
     view = _View(quiet=quiet, as_json=as_json, wide=wide)
+    if measure_peak:
+        _measure_peaks(plans, view)
     done = _execute(plans, path, pricing, ResultsTable, schedule, view, force,
                     create_envs=not no_create_env)
     if (schedule.until or schedule.kind == "lockstep") and view.tables:
@@ -388,6 +393,26 @@ def peak(plugin_names, backend_names, precisions, device, size, repeats, threads
     if measured:
         click.echo(f"cached: {peaks.save_measured(measured)}")
     sys.exit(0 if measured else 1)
+
+
+def _measure_peaks(plans, view: _View) -> None:
+    """``run --peak``: each framework's peak for the plans' precisions and devices, cached before
+    the runs (whose records then read it); a peak that cannot be measured leaves its reason."""
+    from . import peak_measure, peaks
+    from .console import PeakTable, console
+
+    wanted = peak_measure.for_plans(plans)
+    if not wanted:
+        click.echo("--peak: no selected backend measures a peak (Backend.prepare_matmul)", err=True)
+        return
+    outcomes = []
+    with PeakTable(console(stderr=True) if view.as_json or view.quiet else None) as table:
+        for ref, precision, device, threads in wanted:
+            outcomes.append(peak_measure.measure(ref, precision, device, threads=threads))
+            table.add(outcomes[-1])
+    measured = [o.measurement for o in outcomes if o.measurement]
+    if measured:
+        peaks.save_measured(measured)
 
 
 @cli.group()

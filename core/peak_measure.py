@@ -51,6 +51,18 @@ def per_framework(refs: list[BackendRef]) -> list[BackendRef]:
     return list(chosen.values())
 
 
+def for_plans(plans: list) -> list[tuple[BackendRef, str, str, int | None]]:
+    """What ``accelbench run --peak`` measures before its runs: each framework, precision and
+    device of the plans that can run, once, with the first of its backends that measures a peak
+    (and the plan's threads)."""
+    wanted: dict[tuple[str, str, str], tuple[BackendRef, str, str, int | None]] = {}
+    for item in plans:
+        if item.precheck is None and item.ref.backend.measures_peak():
+            key = (item.ref.backend.describe().framework, item.config.precision, item.config.device)
+            wanted.setdefault(key, (item.ref, item.config.precision, item.config.device, item.config.threads))
+    return list(wanted.values())
+
+
 def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | None = None,
             repeats: int = DEFAULT_REPEATS, threads: int | None = None) -> PeakOutcome:
     info = ref.backend.describe()

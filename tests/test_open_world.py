@@ -222,3 +222,18 @@ def test_an_env_matrix_gives_one_record_per_version_and_compare_pairs_them(toy_c
     [pair] = json.loads(compared.stdout)["comparisons"]
     assert {pair["a"], pair["b"]} == {"pinned:pinned [six==1.16.0]", "pinned:pinned [six==1.17.0]"}
     assert pair["samples"] == "3 pairs (lockstep)"
+
+
+def test_run_with_peak_measures_the_frameworks_peak_first_and_the_record_carries_its_utilisation(toy_cli, tmp_path):
+    out, cache = tmp_path / "r.json", tmp_path / "cache"
+    fresh = toy_cli("run", "--plugin", "toy", *TINY, "-o", str(tmp_path / "before.json"),
+                    env={"XDG_CACHE_HOME": str(cache)})
+    assert fresh.returncode == 0 and "`accelbench peak` measures" in fresh.stdout  # no peak yet: the note says how
+    [before] = load_records(tmp_path / "before.json")
+    assert "utilisation" not in before["flops"] and "accelbench peak" in before["flops"]["peak_reason"]
+    done = toy_cli("run", "--plugin", "toy", *TINY, "--peak", "-o", str(out), env={"XDG_CACHE_HOME": str(cache)})
+    assert done.returncode == 0, done.stderr
+    [record] = load_records(out)
+    assert record["flops"]["utilisation"] > 0 and "measured" in record["flops"]["peak_source"]
+    assert "peak_reason" not in record["flops"]
+    assert (cache / "accelbench").exists()
