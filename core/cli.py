@@ -192,6 +192,63 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
         _print_comparison(done, schedule.until.tolerance if schedule.until else None, wide)
 
 
+@cli.command()
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option("--record", "record_ids", multiple=True, metavar="HASH",
+              help="Only the record whose config hash starts with HASH (repeatable; default every record).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Results file of the rerun (default results/accelbench-rerun-<time>.json).")
+@click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
+@click.option("--tolerance", default="3%", show_default=True, help="Equivalence bound of then against now.")
+@click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
+@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal.")
+def rerun(results, record_ids, output, force, tolerance, no_create_env, wide) -> None:
+    """Run a results file's records again here, with the same configurations and framework
+    versions, and compare then with now (unpaired: two invocations, perhaps two machines)."""
+    from . import compare as comparing
+    from . import cost, environment, inputs, records, replay, runner
+    from .console import ResultsTable
+    from .schedule import Schedule
+
+    bound = comparing.parse_tolerance(tolerance)
+    replays = [replay.replay_of(r) for r in replay.select(records.read_results(results), record_ids)]
+    plans = []
+    for item in replays:
+        plans += runner.plan(_selected((), (item.backend_id,)), item.config, {}, [item.pins] if item.pins else [])
+    path = Path(output or f"results/accelbench-rerun-{datetime.now():%Y%m%d-%H%M%S}.json")
+    inputs.check_output(path, force)
+    schedule = Schedule(rounds=max(p.config.trials for p in plans))
+    done = _execute(plans, path, cost.Pricing(cost.load_catalogue()), ResultsTable, schedule, _View(wide=wide), force,
+                    create_envs=not no_create_env, exit_on_failure=False)
+    _print_then_and_now(replays, done, bound, environment.collect(), wide)
+    sys.exit(1 if _failed(done) else 0)
+
+
+def _print_then_and_now(replays, done: list[dict[str, Any]], bound: float, here: dict[str, Any], wide: bool) -> None:
+    """Then against now per record (its config hash, the pins it ran with, the comparison), then
+    what differs in the machine and in the lock of the Python the workers ran."""
+    from . import compare as comparing
+    from . import replay
+    from .console import ComparisonTable, console, plain
+
+    out, results = console(), []
+    for item, now in zip(replays, done):
+        same = "the same config hash" if now["config_hash"] == item.record["config_hash"] else "ANOTHER config hash"
+        pins = f", pinned {', '.join(item.pins)}" if item.pins else ""
+        out.print(plain(("rerun", "cyan"), f" {item.backend_id}: {same}{pins}"))
+        results += comparing.comparisons([comparing.Run(f"{item.backend_id} then", item.record),
+                                          comparing.Run(f"{item.backend_id} now", now)], bound)
+        for line in replay.lock_differences(replay.lock_of(item.record), replay.lock_of(now))[:20]:
+            out.print(plain(("lock", "yellow"), f" {line}"))
+    if results:
+        ComparisonTable(results, bound, wide=wide).print(out)
+    out.print(plain(("note", "cyan"), " then and now are two invocations: unpaired trials, and the machine may differ"))
+    then_machines = {id(item.record["environment"]): item.record["environment"] for item in replays}
+    for then in then_machines.values():
+        for line in replay.machine_differences(then, here):
+            out.print(plain(("machine", "yellow"), f" {line}"))
+
+
 def _default_schedule(plans, config) -> str:
     """Lockstep whenever two or more single-worker benchmark runs on the CPU can run; interleaved
     for multi-worker and train runs (their phases are not blocks of steps), for a single run, and
@@ -277,8 +334,8 @@ def _pythons(given: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def _execute(plans, path: Path, pricing, table, schedule=None,
-             view: _View = _View(), force: bool = False, create_envs: bool = True) -> list[dict[str, Any]]:
+def _execute(plans, path: Path, pricing, table, schedule=None, view: _View = _View(), force: bool = False,
+             create_envs: bool = True, exit_on_failure: bool = True) -> list[dict[str, Any]]:
     """Run the plans, pricing the records and merging them into the results file after every trial
     (so an interruption keeps every finished one, and the records other runs put there stay;
     ``force``: the file is started afresh); print ``table``; exit 1 when a run failed."""
@@ -311,9 +368,13 @@ def _execute(plans, path: Path, pricing, table, schedule=None,
     if view.as_json:
         click.echo(json.dumps(records.results_document(done), indent=1))
     click.echo(f"results: {writer.side_path or path}", err=view.as_json)
-    if any(r["status"] in ("failed", "timeout") for r in done):
+    if exit_on_failure and _failed(done):
         sys.exit(1)
     return done
+
+
+def _failed(done: list[dict[str, Any]]) -> bool:
+    return any(r["status"] in ("failed", "timeout") for r in done)
 
 
 @cli.command()

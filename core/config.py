@@ -226,7 +226,8 @@ def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int
         device_count=device_count,
         global_batch=global_batch,
         per_device_batch=per_device,
-        batch_source=source,
+        # a resolved config (a record's, replayed by ``accelbench rerun``) keeps where its batch came from
+        batch_source=config.batch_source or source,
         threads=config.effective_threads,
     )
 

@@ -34,7 +34,22 @@ def collect(modules: Iterable[str] = ()) -> dict:
         "python": platform.python_version(),
         "packages": package_versions(modules),
         "accelerators": gpus() + tpus(),
+        "lock": lock(),
     }
+
+
+@cache
+def lock() -> dict:
+    """Every distribution installed in this Python, as ``name==version`` lines, with this
+    interpreter's version and a hash of both: what ``accelbench rerun`` compares and restores."""
+    import hashlib
+    import re
+
+    pins = sorted({f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
+                   for d in metadata.distributions() if d.metadata["Name"]})
+    python = platform.python_version()
+    digest = hashlib.sha256("\n".join([f"python {python}", *pins]).encode()).hexdigest()
+    return {"python": python, "distributions": pins, "sha256": digest}
 
 
 def _when_known(key: str, value: object) -> dict:

@@ -183,7 +183,10 @@ def _installed(modules: list[str], requirements: list[str]) -> dict[str, Any]:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return {"python": sys.executable, "python_version": platform.python_version(), "packages": packages}
+    from .environment import lock
+
+    return {"python": sys.executable, "python_version": platform.python_version(), "packages": packages,
+            "lock": lock()}
 
 
 class ContractError(TypeError):

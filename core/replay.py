@@ -1,0 +1,120 @@
+"""Replaying a results file (``accelbench rerun``): the same configurations, the same plugin and
+framework versions, run again here, and what differs between then and now.
+
+A record keeps its resolved config (so the rerun's config hash is the record's), its plugin's
+version, the versions of its framework's distributions (``environment.packages``) and a lock of
+every distribution where its workers ran (``environment.lock``, or ``environment.worker.lock`` in
+an environment of its own). A rerun pins the framework distributions whose installed version
+differs from the record's, so their workers run in an environment made with those versions
+(``accelbench.envs``, cached like any other); the rest of the lock is compared and its
+differences listed, as are the machine's: CPU model, flags and cores, accelerators and drivers.
+The comparison of then and now is unpaired -- two invocations, possibly two machines -- and says
+so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from .config import RunConfig
+from .environment import CORE_PACKAGES
+from .errors import UsageError
+
+#: the fields of a record's environment that say which machine it ran on
+MACHINE_FIELDS = ("cpu_model", "cpu_cores", "cpu_flags", "accelerators", "os", "python")
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One record to run again: its backend, its config, and the pins its workers need."""
+
+    record: dict[str, Any]
+    backend_id: str
+    config: RunConfig
+    #: ``name==version`` of the record's framework distributions installed here at another version
+    pins: tuple[str, ...]
+
+
+def select(records: list[dict[str, Any]], wanted: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The records named by a prefix of their config hash (every record when none is named)."""
+    if not wanted:
+        return records
+    chosen = []
+    for prefix in wanted:
+        found = [r for r in records if r["config_hash"].startswith(prefix.lower())]
+        if len(found) != 1:
+            hashes = ", ".join(r["config_hash"][:12] for r in records)
+            problem = "matches no record" if not found else f"matches {len(found)} records"
+            raise UsageError(f"--record {prefix!r} {problem} (config hashes: {hashes})")
+        chosen += found
+    return chosen
+
+
+def replay_of(record: dict[str, Any]) -> Replay:
+    """What runs a record again. Its config as it ran, resolved (``config.resolve`` leaves a
+    resolved config as it is); fields a config of an older accelbench lacks take today's defaults."""
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    config = RunConfig(**{key: value for key, value in record["config"].items() if key in known})
+    return Replay(record, f"{record['plugin']['name']}:{record['backend']['name']}", config,
+                  tuple(framework_pins(record)))
+
+
+def framework_pins(record: dict[str, Any]) -> list[str]:
+    """The record's framework distributions (not accelbench's own) whose version here differs."""
+    worker = record["environment"].get("worker") or {}
+    recorded = {**record["environment"]["packages"], **worker.get("packages", {})}
+    pins = []
+    for name, version in sorted(recorded.items()):
+        if name in CORE_PACKAGES:
+            continue
+        try:
+            here = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            here = None
+        if here != version:
+            pins.append(f"{name}=={version}")
+    return pins
+
+
+def lock_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The lock of the Python the record's workers ran (result schema 1.11 and later)."""
+    environment = record["environment"]
+    return (environment.get("worker") or {}).get("lock") or environment.get("lock")
+
+
+def lock_differences(then: dict[str, Any] | None, now: dict[str, Any] | None) -> list[str]:
+    """Lines naming each distribution added, removed or at another version, and the interpreter."""
+    if then is None or now is None:
+        return ["no lock to compare with (a record written before result schema 1.11)"]
+    if then["sha256"] == now["sha256"]:
+        return []
+    before, after = _versions(then), _versions(now)
+    lines = [f"python {then['python']} -> {now['python']}"] if then["python"] != now["python"] else []
+    for name in sorted(before.keys() | after.keys()):
+        if before.get(name) != after.get(name):
+            lines.append(f"{name} {before.get(name, '(absent)')} -> {after.get(name, '(absent)')}")
+    return lines
+
+
+def _versions(lock: dict[str, Any]) -> dict[str, str]:
+    return dict(pin.split("==", 1) for pin in lock["distributions"])
+
+
+def machine_differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Lines naming each machine fact that differs (CPU flags by what was gained and lost)."""
+    lines = []
+    for name in MACHINE_FIELDS:
+        if then.get(name) == now.get(name):
+            continue
+        if name == "cpu_flags":
+            lost, gained = sorted(set(then[name]) - set(now[name])), sorted(set(now[name]) - set(then[name]))
+            lines.append(f"cpu_flags: lost {' '.join(lost) or 'none'}; gained {' '.join(gained) or 'none'}")
+        elif name == "accelerators":
+            show = lambda found: ", ".join(f"{a['name']} (driver {a['driver']})" for a in found) or "none"  # noqa: E731
+            lines.append(f"accelerators: {show(then[name])} -> {show(now[name])}")
+        else:
+            lines.append(f"{name}: {then.get(name)} -> {now.get(name)}")
+    return lines
