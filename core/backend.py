@@ -249,6 +249,10 @@ class Prepared:
     #: what the user must know to read the figure (e.g. a precision this hardware only emulates);
     #: shown in the terminal and kept in the record's warnings
     warnings: list[str] = field(default_factory=list)
+    #: seconds the framework spent compiling the step ahead of its first call, where it compiles
+    #: ahead (JAX's ``lower().compile()``); None where compilation happens inside the first step,
+    #: which the record's ``startup.first_step_s`` then holds (plugin API 2.1)
+    compile_s: float | None = None
 
     def problems(self) -> list[str]:
         """Fields of the wrong type (a third-party backend's mistake, caught before any record)."""
@@ -264,6 +268,8 @@ class Prepared:
             "framework_version must be a string": isinstance(self.framework_version, str),
             "warnings must be a list of strings": isinstance(self.warnings, list)
             and all(isinstance(w, str) for w in self.warnings),
+            "compile_s must be a number >= 0 or None": self.compile_s is None
+            or (number(self.compile_s) and self.compile_s >= 0),
         }
         return [message for message, ok in checks.items() if not ok]
 

@@ -32,14 +32,17 @@ class Startup:
     worker_to_first_step_s: float
     first_step_s: float
     warmup_s: float
+    #: the framework's compilation of the step ahead of its first call (``Prepared.compile_s``)
+    compile_s: float | None = field(default=None, metadata={"omit_if_none": True})
 
     @classmethod
-    def of(cls, spawned: float, marks: StartupMarks | None) -> Startup | None:
-        """From the host's ``time.monotonic()`` when it started the worker and the worker's marks."""
+    def of(cls, spawned: float, marks: StartupMarks | None, compile_s: float | None = None) -> Startup | None:
+        """From the host's ``time.monotonic()`` when it started the worker, the worker's marks and
+        what the backend said its compilation took."""
         if marks is None:
             return None
         return cls(marks.first_step_ended - spawned, marks.first_step_ended - marks.first_step_started,
-                   marks.warmup_ended - marks.warmup_started)
+                   marks.warmup_ended - marks.warmup_started, compile_s)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class StartupSummary:
     warmup_s: float | None
     trials: int
     reason: str | None = field(default=None, metadata={"omit_if_none": True})
+    compile_s: float | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass
@@ -82,7 +86,9 @@ def startup_of(outcomes: list[TrialOutcome]) -> StartupSummary:
     if not found:
         return StartupSummary(None, None, None, 0, reason=_noted(outcomes, "startup", "no trial's start-up was timed"))
     middle = lambda name: statistics.median(getattr(s, name) for s in found)  # noqa: E731
-    return StartupSummary(middle("worker_to_first_step_s"), middle("first_step_s"), middle("warmup_s"), len(found))
+    compiled = [s.compile_s for s in found if s.compile_s is not None]
+    return StartupSummary(middle("worker_to_first_step_s"), middle("first_step_s"), middle("warmup_s"), len(found),
+                          compile_s=statistics.median(compiled) if len(compiled) == len(found) else None)
 
 
 def memory_of(outcomes: list[TrialOutcome]) -> Memory:

@@ -107,7 +107,7 @@ class Side:
             raise Unavailable(reason)
         self.prepared = self._call("prepare")
         self.warmup_calls, self.warmup_rule, marks = self._call("warm_up")
-        self.startup = footprint.Startup.of(self.worker.spawned, marks)
+        self.startup = footprint.Startup.of(self.worker.spawned, marks, self.prepared.compile_s)
         # one more warm-up call, timed, to size the blocks: the last warm-up calls' pace
         probe = self._call("step", 1)
         self.warmup_calls += 1

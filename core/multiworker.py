@@ -48,7 +48,7 @@ def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
         timings = _all(workers, services, "run", on_progress=on_progress)
         memories = _all(workers, services, "device_memory")
         finals = _all(workers, services, "teardown")
-        return [TrialOutcome("ok", "", t, p, f, device_memory=m, startup=Startup.of(w.spawned, t.startup))
+        return [TrialOutcome("ok", "", t, p, f, device_memory=m, startup=Startup.of(w.spawned, t.startup, p.compile_s))
                 for t, p, f, m, w in zip(timings, prepared, finals, memories, workers)]
     except WorkerFailure as failure:
         return [TrialOutcome(failure.status, failure.reason) for _ in launch.worker_envs]

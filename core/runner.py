@@ -85,7 +85,7 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         device_memory = handle.call("device_memory")
         handle.call("teardown")
         return TrialOutcome("ok", "", timing, prepared, device_memory=device_memory,
-                            startup=footprint.Startup.of(handle.spawned, timing.startup))
+                            startup=footprint.Startup.of(handle.spawned, timing.startup, prepared.compile_s))
     except WorkerFailure as failure:
         failure = handle.keep_log(failure)
         return TrialOutcome(failure.status, failure.reason, None, prepared)

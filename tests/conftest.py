@@ -76,6 +76,17 @@ def run_backend(plugin: str, **config) -> dict:
     return record
 
 
+def assert_cpu_footprint(record: dict) -> None:
+    """A framework's CPU record says what it cost besides time (#56): the worker's peak memory (a
+    framework and ResNet weights: over 100 MiB), no device figure because the device is the host,
+    a start-up that ends after the first step, and energy or the reason there is none."""
+    memory, startup, spent = record["memory"], record["startup"], record["energy"]
+    assert memory["host_peak_bytes"] > 100 * 2**20 and memory["device_peak_bytes"] is None
+    assert memory["device_reason"] == "a CPU run: its device memory is the host's (memory.host_peak_bytes)"
+    assert startup["worker_to_first_step_s"] > startup["first_step_s"] > 0 and startup["trials"] == 1
+    assert (spent["joules"] is None) == bool(spent.get("reason"))
+
+
 def assert_onednn_read_back(bf16: dict) -> None:
     """What a framework's oneDNN ran a bf16 convolution with, as its own verbose log says: on a CPU
     with native bf16 a bf16 kernel (AMX where the CPU has it) and no emulation warning."""

@@ -81,6 +81,11 @@ def test_flax_fp32_computes_in_fp32():
     assert record["settings"]["compute_dtype"] == "float32"
     assert record["settings"]["xla_convolution_operands"] == {"f32": SMALL_STEP_CONVOLUTIONS}
     assert not [w for w in record["warnings"] if "emulated" in w]
+    # XLA compiles the step in prepare, ahead of the first call: the record says how long it took
+    startup = record["trials"][0]["startup"]
+    assert 0 < startup["compile_s"] < startup["worker_to_first_step_s"]
+    assert record["startup"]["compile_s"] == startup["compile_s"]
+    assert record["memory"]["device_reason"].startswith("a CPU run")
 
 
 def test_flax_data_parallel_over_two_local_devices():

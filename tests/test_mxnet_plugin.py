@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from conftest import (
+    assert_cpu_footprint,
     assert_emulated_under_plain_avx512,
     assert_measured_allocator,
     assert_measured_huge_pages,
@@ -31,6 +32,7 @@ def test_mxnet_trains_and_records_fp32():
     assert_measured_allocator(record, "jemalloc")
     assert_measured_huge_pages(record, measured=False)
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
+    assert_cpu_footprint(record)
 
 
 def test_mxnet_default_batch_is_the_study_global_768_on_gpu():

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 from conftest import (
+    assert_cpu_footprint,
     assert_emulated_under_plain_avx512,
     assert_measured_huge_pages,
     assert_onednn_read_back,
@@ -34,6 +35,7 @@ def test_tf_benchmarks_trains_and_records_fp32():
     assert record["framework"]["name"] == "tensorflow" and record["framework"]["version"].startswith("2.")
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
     assert_measured_huge_pages(record, measured=True)
+    assert_cpu_footprint(record)
 
 
 @pytest.mark.parametrize("asked, used", [("0", "off"), ("1", "on")])

@@ -8,6 +8,7 @@ from accelbench import records, runner
 from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
 from conftest import (
+    assert_cpu_footprint,
     assert_emulated_under_plain_avx512,
     assert_measured_allocator,
     assert_measured_huge_pages,
@@ -39,6 +40,7 @@ def test_torch_trains_resnet50_with_the_reference_parameter_count():
     assert settings["intra_op_threads"] == record["config"]["threads"]
     assert record["framework"]["name"] == "pytorch" and record["framework"]["version"].startswith("2.")
     assert record["throughput"]["images_per_sec"] == pytest.approx(4 * 3 / record["throughput"]["wall_time_s"])
+    assert_cpu_footprint(record)
 
 
 def test_torch_loss_falls_on_fixed_data():

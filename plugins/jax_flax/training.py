@@ -4,6 +4,7 @@ data-parallel training step. Imported only in the worker (its environment has JA
 from __future__ import annotations
 
 import os
+import time
 
 from accelbench import DeviceMemory, Prepared, RunConfig
 from accelbench.api import training_flops
@@ -174,7 +175,7 @@ class JaxRun:
         return Prepared(
             warnings=emulation_warnings(self.config.precision, self.devices[0].platform, convolutions,
                                         "the step's convolutions"),
-            device_name=device_name(self.devices[0]),
+            device_name=device_name(self.devices[0]), compile_s=self.compile_s,
             flops_per_image=self.flops_per_image, data_placement="device",
             framework_version=jax.__version__,
             settings={"flax": _version("flax"), "optax": _version("optax"), "jaxlib": _version("jaxlib"),
@@ -200,7 +201,10 @@ class JaxRun:
         images = jax.ShapeDtypeStruct((batch, cfg.image_size, cfg.image_size, self.channels), jnp.float32,
                                       sharding=self.batch_sharded)
         labels = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self.batch_sharded)
-        return self._step.lower(self.state, images, labels, self.learning_rate).compile().as_text()
+        started = time.perf_counter()
+        compiled = self._step.lower(self.state, images, labels, self.learning_rate).compile()
+        self.compile_s = time.perf_counter() - started
+        return compiled.as_text()
 
 
 def emulation_warnings(precision: str, platform: str, operands: dict[str, int], what: str) -> list[str]:
