@@ -34,6 +34,15 @@ class EnergyUse:
     source: str = ""
     reason: str = ""
 
+    @staticmethod
+    def summed(uses: list[EnergyUse | None]) -> EnergyUse | None:
+        """Several phases' joules (a lockstep side's blocks, train mode's epochs); the first
+        missing one (None, or its reason) where a phase has none."""
+        missing = next((u for u in uses if u is None or u.joules is None), None)
+        if missing is not None or not uses:
+            return missing
+        return EnergyUse(sum(u.joules for u in uses), uses[0].source)
+
 
 @dataclass
 class _Counter:

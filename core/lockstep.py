@@ -171,7 +171,7 @@ class Side:
             timed_calls=sum(t.timed_calls for t in counted), steps_per_call=self.prepared.steps_per_call,
             losses=[loss for t in counted for loss in t.losses], warmup_calls=self.warmup_calls,
             warmup_rule=self.warmup_rule, timed_rule=f"lockstep: {len(counted)} blocks",
-            usage=_summed_usage([t.usage for t in counted]), energy=_summed_energy([t.energy for t in counted]))
+            usage=ProcessUsage.summed([t.usage for t in counted]), energy=EnergyUse.summed([t.energy for t in counted]))
         return TrialOutcome("ok", "", timing, self.prepared, blocks=list(self.blocks), started_utc=self.started_utc,
                             device_memory=self.device_memory, startup=self.startup)
 
@@ -179,22 +179,6 @@ class Side:
         if self.worker is not None:
             self.wake()  # a stopped worker would not read its exit request
             self.worker.close()
-
-
-def _summed_usage(usages: list[ProcessUsage | None]) -> ProcessUsage | None:
-    if not usages or any(u is None for u in usages):
-        return None
-    return ProcessUsage(sum(u.cpu_user_s for u in usages), sum(u.cpu_system_s for u in usages),
-                        sum(u.minor_page_faults for u in usages), usages[-1].anon_huge_pages_bytes,
-                        usages[-1].peak_resident_bytes)  # a level since the process started: the last is the peak
-
-
-def _summed_energy(uses: list[EnergyUse | None]) -> EnergyUse | None:
-    """The blocks' joules; the first block's reason where a block has none."""
-    missing = next((u for u in uses if u is None or u.joules is None), None)
-    if missing is not None or not uses:
-        return missing
-    return EnergyUse(sum(u.joules for u in uses), uses[0].source)
 
 
 class LockstepRun(ScheduledRun):

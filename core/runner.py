@@ -78,8 +78,11 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         if config.mode == "train":
             prepared = handle.call("prepare_training")
             training = handle.call("train", on_progress=on_progress)
+            device_memory = handle.call("device_memory")
             handle.call("teardown")
-            return TrialOutcome("ok", "", training.steady, prepared, training=training, footprint_notes=TRAIN_MODE_NOTES)
+            return TrialOutcome("ok", "", training.steady, prepared, training=training, device_memory=device_memory,
+                                startup=footprint.Startup.of(handle.spawned, training.steady.startup, prepared.compile_s),
+                                footprint_notes=TRAIN_MODE_NOTES)
         prepared = handle.call("prepare")
         timing = handle.call("run", on_progress=on_progress)
         device_memory = handle.call("device_memory")

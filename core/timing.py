@@ -88,6 +88,16 @@ class ProcessUsage:
         return cls(usage.ru_utime, usage.ru_stime, usage.ru_minflt, peak_resident_bytes=peak or None)
 
     @classmethod
+    def summed(cls, usages: list[ProcessUsage | None]) -> ProcessUsage | None:
+        """Several phases of one process (lockstep's blocks, train mode's epochs): their counters
+        added, the levels as the last phase left them (None where a phase has none)."""
+        if not usages or any(u is None for u in usages):
+            return None
+        return cls(sum(u.cpu_user_s for u in usages), sum(u.cpu_system_s for u in usages),
+                   sum(u.minor_page_faults for u in usages), usages[-1].anon_huge_pages_bytes,
+                   usages[-1].peak_resident_bytes)
+
+    @classmethod
     def since(cls, before: ProcessUsage | None) -> ProcessUsage | None:
         """The counters' growth since ``before``, and the huge pages now (read once, at the end)."""
         from .allocators import huge_page_bytes

@@ -10,6 +10,7 @@ accuracy is the framework's, not the recipe's. Key names follow MLPerf Training'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -17,8 +18,9 @@ from importlib import resources
 from typing import Any, Callable
 
 from .config import flag
+from .energy import EnergyUse, Meter
 from .errors import UsageError
-from .timing import Timing, TimingPlan, run_timed
+from .timing import ProcessUsage, Timing, TimingPlan, run_timed
 
 
 def presets() -> dict[str, dict[str, Any]]:
@@ -110,20 +112,25 @@ class TrainingResult:
 
 
 def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
-          progress: Callable[[str, int, int], None] | None = None) -> TrainingResult:
+          progress: Callable[[str, int, int], None] | None = None, meter: Meter | None = None) -> TrainingResult:
     """Train epoch by epoch, evaluating every ``eval_every`` epochs (and after the last one).
 
     Wall time counts everything from the first step: training, evaluation, the input pipeline,
-    as MLPerf's time to train does. ``train_time_s`` is the training steps alone.
+    as MLPerf's time to train does. ``train_time_s`` is the training steps alone. The first epoch
+    is the warm-up of the steady figures (and of the record's start-up); ``meter`` reads the energy
+    of the later epochs' steps, which the steady figures time.
     """
     result = TrainingResult(steps_per_epoch)
     start = time.perf_counter()
     steady_times: list[float] = []
     steady_losses: list[float | None] = []
+    energies: list[EnergyUse | None] = []
+    usages: list[ProcessUsage | None] = []
     for epoch in range(1, spec.max_epochs + 1):
         rates = epoch_rates(spec, epoch, steps_per_epoch, global_batch)
         feed = iter(rates)
-        timing = run_timed(lambda: backend.train_step(next(feed)), TimingPlan(0, timed_calls=steps_per_epoch))
+        timing = run_timed(lambda: backend.train_step(next(feed)), TimingPlan(0, timed_calls=steps_per_epoch),
+                           meter=meter if epoch > 1 else None, first_steps=epoch == 1)
         result.train_time_s += timing.wall_time_s
         finite = [x for x in timing.losses if x is not None]
         row = EpochRow(epoch, rates[-1],
@@ -131,9 +138,12 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
                        time.perf_counter() - start)
         if epoch == 1:
             first = timing
+            marks = timing.startup and dataclasses.replace(timing.startup, warmup_ended=time.monotonic())
         else:
             steady_times += timing.step_times
             steady_losses += timing.losses
+            energies.append(timing.energy)
+            usages.append(timing.usage)
         if epoch % spec.eval_every == 0 or epoch == spec.max_epochs:
             _evaluate(backend, row, result, start)
             if result.epochs_to_target is None and row.eval_accuracy >= spec.target_top1:
@@ -148,12 +158,14 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
         result.steady = Timing(step_times=steady_times, wall_time_s=sum(steady_times),
                                timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses,
                                warmup_calls=first.timed_calls, warmup_rule="the first epoch",
-                               timed_rule="the epochs after the first")
+                               timed_rule="the epochs after the first",
+                               energy=EnergyUse.summed(energies) if meter else None, startup=marks,
+                               usage=ProcessUsage.summed(usages))
     else:  # one epoch only: its steps, graph building included, are all there is, and none was excluded
         result.steady = Timing(step_times=first.step_times, wall_time_s=first.wall_time_s,
                                timed_calls=first.timed_calls, steps_per_call=1, losses=first.losses,
                                warmup_rule="none: one epoch ran, so it is timed, graph building included",
-                               timed_rule="the one epoch")
+                               timed_rule="the one epoch", startup=marks, usage=first.usage)
     return result
 
 

@@ -120,7 +120,8 @@ class _Session:
         if command == "train":
             spec = training.TrainSpec.from_dict(self.config.train)
             steps = training.steps_per_epoch(self._dataset, self.config.global_batch)
-            return training.train(self.backend, spec, steps, self.config.global_batch, progress=self._progress)
+            return training.train(self.backend, spec, steps, self.config.global_batch, progress=self._progress,
+                                  meter=self._meter)
         if command == "write_dataset":
             return self.backend.write_dataset(*args)
         if command == "read_dataset":

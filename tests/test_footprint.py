@@ -140,16 +140,17 @@ def test_start_up_counts_from_the_workers_start_through_prepare_to_the_first_ste
     assert "start-up" in done.stdout
 
 
-def test_train_mode_and_sessions_say_why_they_have_no_start_up_or_energy():
+def test_sessions_and_one_epoch_train_runs_say_why_they_have_no_start_up_or_energy():
     from accelbench.records import TrialOutcome
     from accelbench.runner import SESSION_NOTES, TRAIN_MODE_NOTES
     from accelbench.timing import Timing
 
     timing = Timing([0.1], 0.1, 1, 1)
-    for notes in (SESSION_NOTES, TRAIN_MODE_NOTES):
-        outcomes = [TrialOutcome("ok", "", timing, footprint_notes=notes)]
-        assert footprint.startup_of(outcomes).reason == notes["startup"]
-        assert footprint.energy_of(outcomes, 8).reason == notes["energy"]
+    outcomes = [TrialOutcome("ok", "", timing, footprint_notes=SESSION_NOTES)]
+    assert footprint.startup_of(outcomes).reason == SESSION_NOTES["startup"]
+    assert footprint.energy_of(outcomes, 8).reason == SESSION_NOTES["energy"]
+    outcomes = [TrialOutcome("ok", "", timing, footprint_notes=TRAIN_MODE_NOTES)]
+    assert footprint.energy_of(outcomes, 8).reason == TRAIN_MODE_NOTES["energy"]
 
 
 def test_a_multi_worker_trial_sums_its_workers_peaks_and_does_not_add_up_machine_wide_counters():

@@ -101,6 +101,12 @@ def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precisio
     assert record["config"]["memory_limit_mb"] == int(memwatch.machine_memory_mb() * 0.75)
     assert t["preprocessing"]["augmentation"] == "none"
     assert record["throughput"]["images_per_sec"] > 0
+    # its warm-up is the first epoch: the start-up runs to the first step's end, the warm-up the epoch
+    startup, memory = record["startup"], record["memory"]
+    assert startup["worker_to_first_step_s"] > startup["first_step_s"] > 0 and startup["warmup_s"] >= startup["first_step_s"]
+    assert memory["host_peak_bytes"] > 100 * 2**20 and memory["device_reason"].startswith("a CPU run")
+    energy = record["energy"]
+    assert (energy["joules"] is None) == bool(energy.get("reason"))
 
 
 def test_the_same_seed_gives_the_same_curve_twice(digits):
