@@ -24,7 +24,7 @@ from .records import RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .schedule import MIN_DECIDING_ROUNDS, Schedule
 from .schedule import slots as schedule_slots
-from .timing import Timing
+from .timing import StartupMarks, Timing
 from .workers import Worker, WorkerFailure
 
 
@@ -292,8 +292,7 @@ class Unavailable(Exception):
 
 
 #: a session's calls are timed one ``steps`` at a time by its caller (pytest-benchmark)
-SESSION_NOTES = {"startup": "a session's calls are driven by its caller: its warm-up is the caller's",
-                 "energy": "not read for a session's calls, which its caller times a few at a time",
+SESSION_NOTES = {"energy": "not read for a session's calls, which its caller times a few at a time",
                  "host_memory": "not read for a session's calls"}
 
 
@@ -312,6 +311,7 @@ class BackendSession:
         self.ref, self.config = ref, item.config
         self.call_times: list[float] = []
         self.losses: list[float | None] = []
+        self.first_marks: StartupMarks | None = None
         try:
             python, self.worker_described = envs.interpreter(item.setup, True, lambda text: print(text, file=sys.stderr))
         except envs.EnvironmentError_ as exc:
@@ -337,6 +337,7 @@ class BackendSession:
         if calls < 1:
             raise ValueError(f"steps: calls must be at least 1, not {calls}")
         timing = self.worker.call("step", calls)
+        self.first_marks = self.first_marks or timing.startup
         self.call_times.extend(t * timing.steps_per_call for t in timing.step_times)
         self.losses.extend(timing.losses)
         return timing.losses[-1] if timing.losses else None
@@ -355,10 +356,21 @@ class BackendSession:
                         timed_rule=f"counted: {timed_calls * per_call} steps")
         prepared = dataclasses.replace(self.prepared, settings={**self.prepared.settings, "timed_by": timed_by})
         outcome = TrialOutcome("ok", "", timing, prepared, device_memory=self.worker.call("device_memory"),
-                               footprint_notes=SESSION_NOTES)
+                               startup=self._startup(timed_calls, warmup_calls), footprint_notes=SESSION_NOTES)
         ctx = RunContext(self.ref, config, environment.collect(self.ref.backend.describe().requires),
                          [outcome], worker=self.worker_described)
         return build(ctx)
+
+    def _startup(self, timed_calls: int, warmup_calls: int) -> footprint.Startup | None:
+        """From the worker's start to its first call's end, that call, and the warm-up: the caller's
+        calls before the ones it times."""
+        if self.first_marks is None:
+            return None
+        end = len(self.call_times) - timed_calls
+        marks = self.first_marks
+        return footprint.Startup(marks.first_step_ended - self.worker.spawned,
+                                 marks.first_step_ended - marks.first_step_started,
+                                 sum(self.call_times[max(0, end - warmup_calls):end]), self.prepared.compile_s)
 
     def close(self) -> None:
         self.worker.close()

@@ -100,6 +100,8 @@ class _Session:
     def __init__(self, conn: Connection, backend: Backend, config: RunConfig, frameworks: tuple[str, ...]):
         self.conn, self.backend, self.config, self.frameworks = conn, backend, config, frameworks
         self.steps_per_call = 1
+        #: whether ``step`` has been called: the first calls carry the start-up's marks
+        self.stepped = False
 
     def handle(self, command: str, args: list[Any]) -> Any:
         if command == "check":
@@ -128,13 +130,16 @@ class _Session:
             return self.backend.read_dataset(*args)
         if command == "run":
             plan = TimingPlan.from_config(self.config, self.steps_per_call)
+            self.stepped = True
             return run_timed(self.backend.step, plan, progress=self._progress, meter=self._meter, first_steps=True)
         if command == "warm_up":  # lockstep: the config's warm-up rule, its blocks come as "step"
+            self.stepped = True
             return warm_up_marked(self.backend.step, TimingPlan.from_config(self.config, self.steps_per_call))
         if command == "step":  # calls (one unless given) through the same timing loop: the pipe not timed
-            calls = args[0] if args else 1
+            calls, first = args[0] if args else 1, not self.stepped
+            self.stepped = True
             return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call),
-                             meter=self._meter)
+                             meter=self._meter, first_steps=first)
         if command == "device_memory":  # after the timed steps: the framework's peak
             return _device_memory(self.backend)
         if command == "prepare_matmul":

@@ -147,7 +147,6 @@ def test_sessions_and_one_epoch_train_runs_say_why_they_have_no_start_up_or_ener
 
     timing = Timing([0.1], 0.1, 1, 1)
     outcomes = [TrialOutcome("ok", "", timing, footprint_notes=SESSION_NOTES)]
-    assert footprint.startup_of(outcomes).reason == SESSION_NOTES["startup"]
     assert footprint.energy_of(outcomes, 8).reason == SESSION_NOTES["energy"]
     outcomes = [TrialOutcome("ok", "", timing, footprint_notes=TRAIN_MODE_NOTES)]
     assert footprint.energy_of(outcomes, 8).reason == TRAIN_MODE_NOTES["energy"]

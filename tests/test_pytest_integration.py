@@ -32,6 +32,10 @@ def test_benchmark_json_holds_valid_records_with_true_throughput(testplugins_pat
         assert record["throughput"]["images_per_sec"] == pytest.approx(record["batch"]["global"] / 0.020, rel=0.02)
         assert len(record["trials"][0]["step_times_s"]) == 20
         assert record["settings"]["timed_by"].startswith("pytest-benchmark")
+        # the session worker's start-up to its first call's end; its energy is not metered, and says so
+        startup = record["startup"]
+        assert startup["worker_to_first_step_s"] > startup["first_step_s"] >= 0.020 and startup["trials"] == 1
+        assert record["energy"]["joules"] is None and "session" in record["energy"]["reason"]
     bench = document["benchmarks"][0]
     # pytest-benchmark's own host-side timing: one 20 ms step plus the pipe round-trip to the worker
     # (under a millisecond on an idle machine, 1.3 ms once in CI on two loaded cores); a round
