@@ -20,6 +20,7 @@ import functools
 import os
 import sys
 from pathlib import Path
+from typing import Mapping
 
 from .errors import UsageError
 
@@ -148,12 +149,12 @@ def resolve_huge_pages(choice: str, preferred: bool, allocator: str) -> str:
     return ON if preferred and huge_pages_problem(allocator) is None else OFF
 
 
-def huge_pages_setting(allocator: str, environ: dict[str, str] | None = None) -> str:
+def huge_pages_setting(allocator: str, environ: Mapping[str, str] | None = None) -> str:
     """The record's account of huge pages, read from the worker's own environment (whether its
     allocator was asked for them, by the host or by the user) and from the kernel's mode."""
-    environ = os.environ if environ is None else environ
+    found = os.environ if environ is None else environ
     variable, setting, separator = HUGE_PAGE_TUNABLES.get(allocator, (None, None, None))
-    if variable is not None and setting in environ.get(variable, "").split(separator):
+    if variable is not None and setting in found.get(variable, "").split(separator):
         state, how = ON, f"{variable} has {setting}"
     else:
         state, how = OFF, "the allocator is not asked for them"

@@ -80,9 +80,10 @@ class Option:
             return None
         if not isinstance(value, expected) or (self.kind != "bool" and isinstance(value, bool)):
             return f"must be {'an' if self.kind == 'int' else 'a'} {_KIND_WORDS[self.kind]}, got {value!r}"
-        if self.kind == "float" and not math.isfinite(value):
+        number: Any = value  # an int or a float now: the isinstance check above
+        if self.kind == "float" and not math.isfinite(number):
             return f"must be a finite number, got {value!r}"
-        if self.minimum is not None and self.kind in ("int", "float") and value < self.minimum:
+        if self.minimum is not None and self.kind in ("int", "float") and number < self.minimum:
             return f"must be at least {self.minimum:g}, got {value!r}"
         return None
 
@@ -250,8 +251,8 @@ class Prepared:
     #: shown in the terminal and kept in the record's warnings
     warnings: list[str] = field(default_factory=list)
     #: seconds the framework spent compiling the step ahead of its first call, where it compiles
-    #: ahead (JAX's ``lower().compile()``); None where compilation happens inside the first step,
-    #: which the record's ``startup.first_step_s`` then holds (plugin API 2.1)
+    #: ahead (an ahead-of-time compile in ``prepare``); None where compilation happens inside the
+    #: first step, which the record's ``startup.first_step_s`` then holds (plugin API 2.1)
     compile_s: float | None = None
 
     def problems(self) -> list[str]:
@@ -281,7 +282,7 @@ class DeviceMemory:
     which counter said so; or no figure and why (``peak_bytes`` None)."""
 
     peak_bytes: int | None
-    #: the framework's counter, e.g. "torch.cuda.max_memory_reserved"
+    #: the framework's own counter, named as the framework names it
     source: str = ""
     reason: str = ""
 
@@ -316,10 +317,9 @@ class Backend:
 
     def device_memory(self) -> DeviceMemory:
         """Optional (plugin API 2.1): called once after the timed steps, in the worker. The
-        framework's own peak of device memory since the process started, e.g. PyTorch's
-        ``torch.cuda.max_memory_reserved()``, JAX's ``memory_stats()["peak_bytes_in_use"]``,
-        TensorFlow's ``get_memory_info(device)["peak"]``; on a CPU, where the device's memory is
-        the host's, no figure and that reason (the record's host peak counts it)."""
+        framework's own peak of device memory since the process started, as its caching allocator
+        counts it (the plugin guide names the built-in plugins' counters); on a CPU, where the
+        device's memory is the host's, no figure and that reason (the record's host peak counts it)."""
         return DeviceMemory(None, reason=f"{self.describe().name} does not report device memory")
 
     def step(self) -> float | None:
@@ -378,6 +378,9 @@ class RunBackend(Backend):
     ``step()`` (or ``train_step`` and ``evaluate``), ``weights_checksum()`` and optionally
     ``close()`` (e.g. leaving a distributed job, which peers wait for); stepping, evaluation and
     teardown delegate to it."""
+
+    #: what ``prepare`` (or ``prepare_training``) built, until ``teardown``
+    run: Any
 
     def step(self) -> float | None:
         return self.run.step()

@@ -307,7 +307,7 @@ def _unpaired(a: dict[str, Any], b: dict[str, Any], seed: int,
     point = a["throughput"]["images_per_sec"] / b["throughput"]["images_per_sec"]
     if len(a["trials"]) > 1 and len(b["trials"]) > 1:
         rates = [[t["images"] / t["wall_time_s"] for t in r["trials"]] for r in (a, b)]
-        ci = stats.welch_ratio_interval(*rates, point, confidence)
+        ci = stats.welch_ratio_interval(rates[0], rates[1], point, confidence)
         count_a, count_b = len(a["trials"]), len(b["trials"])
         return point, ci, min(count_a, count_b), "trials", f"{count_a} vs {count_b} trials"
     rng = np.random.default_rng(seed)

@@ -14,7 +14,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import allocators, inputs, validation
 from .errors import UsageError
@@ -22,6 +22,8 @@ from .errors import UsageError
 if TYPE_CHECKING:  # annotations only: backend's protocol takes a RunConfig in turn
     from .backend import BackendInfo
 
+
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Flag:
@@ -131,6 +133,37 @@ class RunConfig:
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
+    # What ``resolve`` always fills: read through these, a resolved config's fields are never None
+    # (an unresolved one raises, naming the field, rather than letting a None travel on).
+    @property
+    def resolved_model(self) -> str:
+        return _resolved(self.model, "model")
+
+    @property
+    def resolved_precision(self) -> str:
+        return _resolved(self.precision, "precision")
+
+    @property
+    def resolved_global_batch(self) -> int:
+        return _resolved(self.global_batch, "global_batch")
+
+    @property
+    def resolved_per_device_batch(self) -> int:
+        return _resolved(self.per_device_batch, "per_device_batch")
+
+    @property
+    def resolved_device_count(self) -> int:
+        return _resolved(self.device_count, "device_count")
+
+    @property
+    def resolved_batch_source(self) -> str:
+        return _resolved(self.batch_source, "batch_source")
+
+    @property
+    def train_spec(self) -> dict[str, Any]:
+        """Train mode's spec (``accelbench.training.TrainSpec`` as a dict)."""
+        return _resolved(self.train, "train")
+
     @property
     def replicas(self) -> int:
         """Devices across all workers: the global batch is split over these."""
@@ -200,9 +233,15 @@ def expand_sweep(config: RunConfig) -> list[RunConfig]:
             for b in config.batch_sizes]
 
 
+def _resolved(value: T | None, name: str) -> T:
+    if value is None:
+        raise ValueError(f"the config's {name} is read before the config was resolved for a backend")
+    return value
+
+
 def single_worker_baseline(resolved: RunConfig) -> RunConfig:
     """The 1-worker run of a resolved multi-worker config's per-worker batch."""
-    return resolved.replace(workers=1, global_batch=resolved.per_device_batch * resolved.device_count)
+    return resolved.replace(workers=1, global_batch=resolved.resolved_per_device_batch * resolved.resolved_device_count)
 
 
 def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int) -> RunConfig:

@@ -104,7 +104,7 @@ class RunProgress(RunObserver):
     """
 
     def __init__(self, total_trials: int | None):
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), console=console(stderr=True), transient=True,
                                   auto_refresh=False)
         self._overall = self._progress.add_task("trials", total=total_trials)
@@ -121,7 +121,7 @@ class RunProgress(RunObserver):
         self.progress(backend_id, trial, "starting", 0, None)
 
     def progress(self, backend_id: str, trial: int, phase: str, done: int, total: int | None) -> None:
-        self._progress.update(self._steps, description=plain(f"{backend_id} trial {trial + 1} {phase}"),
+        self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
                               completed=done, total=total, visible=True, refresh=True)
 
     def finished(self, record: dict) -> None:
@@ -221,7 +221,7 @@ class ResultsTable:
         return table
 
     @staticmethod
-    def _row(r: dict[str, Any]) -> list[str]:
+    def _row(r: dict[str, Any]) -> list[str | Text]:
         tp, st, fl = r["throughput"], r["step_time"], r["flops"]
         added = r["environment"].get("worker", {}).get("added")
         return [
@@ -277,15 +277,16 @@ class TrainingTable(ResultsTable):
         return table
 
     @staticmethod
-    def _training_row(r: dict[str, Any]) -> list[str]:
+    def _training_row(r: dict[str, Any]) -> list[str | Text]:
         t = r.get("training")
-        head = [plain(backend_label(r)), _status(r), plain(r["precision"]), plain(model_label(r)),
-                str(r["batch"]["global"])]
+        head: list[str | Text] = [plain(backend_label(r)), _status(r), plain(r["precision"]), plain(model_label(r)),
+                                  str(r["batch"]["global"])]
         if not t:
-            return head + ["-"] * 6
+            return [*head, *["-"] * 6]
         reached = t["target_reached"]
         cost = t["cost_to_target"]
-        return head + [
+        return [
+            *head,
             f"{t['target_top1']:.1%}",
             f"{t['best_eval_accuracy']:.2%} ({t['best_epoch']})" if t["best_eval_accuracy"] is not None else "-",
             str(t["epochs_to_target"]) if reached else f"not reached in {t['epochs_run']}",

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from . import inputs, validation
 from .errors import UsageError
@@ -129,7 +129,7 @@ def file_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def convert(source: str, out: Path, writers: dict[str, "Writer"], preset: str | None = None,
+def convert(source: str, out: Path, writers: Mapping[str, "Writer"], preset: str | None = None,
             seed: int = 0) -> dict[str, Any]:
     """Convert ``source`` ("digits" or an image folder) into every format in ``writers`` under ``out``.
 
@@ -158,7 +158,7 @@ def convert(source: str, out: Path, writers: dict[str, "Writer"], preset: str | 
 Writer = Callable[[list[Example], str], tuple[list[str], list[tuple[str, int]]]]
 
 
-def _convert_into(source: str, out: Path, writers: dict[str, Writer], preset: str | None, seed: int) -> dict[str, Any]:
+def _convert_into(source: str, out: Path, writers: Mapping[str, Writer], preset: str | None, seed: int) -> dict[str, Any]:
     if source == "digits":
         root, name, preset = out / "images", "digits", preset or "small"
         write_digits_folder(root, seed)
@@ -172,17 +172,18 @@ def _convert_into(source: str, out: Path, writers: dict[str, Writer], preset: st
     # class-sorted files would give a reader with a bounded shuffle buffer (a streaming input pipeline) batches of few
     # classes: the training split is stored in one seeded random order, the same in every format
     random.Random(seed).shuffle(splits["train"])
+    formats: dict[str, dict[str, list[str]]] = {}
     manifest = {"schema_version": DATASET_SCHEMA_VERSION, "name": name, "source": str(root.resolve()),
                 "preset": preset, "classes": classes, "num_classes": len(classes),
                 "splits": {split: {"count": len(ex)} for split, ex in splits.items()},
-                "image": image_statistics(splits["train"], seed), "formats": {}}
+                "image": image_statistics(splits["train"], seed), "formats": formats}
     for fmt, write in writers.items():
         (out / fmt).mkdir()
-        manifest["formats"][fmt] = {}
+        formats[fmt] = {}
         for split, examples in splits.items():
             files, read_back = write(examples, str(out / fmt / split))
             _verify(fmt, split, examples, read_back)
-            manifest["formats"][fmt][split] = [os.path.relpath(f, out) for f in files]
+            formats[fmt][split] = [os.path.relpath(f, out) for f in files]
     manifest["verified"] = "every record read back by its framework equals its source file (sha256, label)"
     return manifest
 
@@ -218,7 +219,7 @@ def load(folder: str | Path, validate: bool = True) -> dict[str, Any]:
     return {**manifest, "root": str(Path(folder).resolve())}
 
 
-def default_digits(cache: Path, writers: dict[str, Writer]) -> Path:
+def default_digits(cache: Path, writers: Mapping[str, Writer]) -> Path:
     """The digits dataset converted once into the user's cache, reused afterwards."""
     folder = cache / "digits"
     if (folder / MANIFEST).is_file():

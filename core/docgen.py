@@ -49,7 +49,7 @@ def _type_of(spec: dict[str, Any]) -> str:
     if kinds == "array" and isinstance(spec.get("items"), dict):
         return f"array of {_type_of(spec['items'])}"
     if "oneOf" in spec or "anyOf" in spec:
-        return " or ".join(_type_of(option) for option in spec.get("oneOf", spec.get("anyOf")))
+        return " or ".join(_type_of(option) for option in spec.get("oneOf") or spec["anyOf"])
     return kinds
 
 

@@ -14,6 +14,7 @@ estimate from a power rating.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -38,10 +39,10 @@ class EnergyUse:
     def summed(uses: list[EnergyUse | None]) -> EnergyUse | None:
         """Several phases' joules (a lockstep side's blocks, train mode's epochs); the first
         missing one (None, or its reason) where a phase has none."""
-        missing = next((u for u in uses if u is None or u.joules is None), None)
-        if missing is not None or not uses:
-            return missing
-        return EnergyUse(sum(u.joules for u in uses), uses[0].source)
+        counted = [u for u in uses if u is not None and u.joules is not None]
+        if len(counted) != len(uses) or not uses:
+            return next((u for u in uses if u is None or u.joules is None), None)
+        return EnergyUse(sum(u.joules for u in counted if u.joules is not None), counted[0].source)
 
 
 @dataclass
@@ -124,7 +125,7 @@ def _rapl_counters() -> tuple[list[_Counter], str]:
         except (OSError, ValueError):
             unreadable.append(zone.name)
             continue
-        counters.append(_Counter(f"RAPL {zone.name} {name}", lambda path=energy: _read_uj(path), _range_j(zone)))
+        counters.append(_Counter(f"RAPL {zone.name} {name}", functools.partial(_read_uj, energy), _range_j(zone)))
     if unreadable:
         return counters, (f"RAPL zones {', '.join(unreadable)} not readable (energy_uj is readable by root only "
                           f"since Linux 5.10)")

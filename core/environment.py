@@ -14,7 +14,7 @@ import socket
 import subprocess
 from functools import cache
 from importlib import metadata
-from typing import Iterable
+from typing import Iterable, Mapping
 
 #: the host's own packages; the frameworks' come from the modules the running backends require
 CORE_PACKAGES = ("accelbench", "numpy", "pluggy", "jsonschema", "pytest-benchmark")
@@ -88,7 +88,7 @@ def package_versions(modules: Iterable[str] = ()) -> dict[str, str]:
 
 
 @cache
-def _distributions_by_module() -> dict[str, list[str]]:
+def _distributions_by_module() -> Mapping[str, list[str]]:
     return metadata.packages_distributions()
 
 

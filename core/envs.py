@@ -157,7 +157,7 @@ def ensure(env: Environment, allow_create: bool, say=print) -> Environment:
 
 def listing() -> list[dict]:
     """Every cached environment: path, Python, requirements, size."""
-    found = []
+    found: list[dict] = []
     if not root().exists():
         return found
     for path in sorted(root().iterdir()):
@@ -373,15 +373,16 @@ def host_satisfies(requirements: tuple[str, ...]) -> bool:
 def interpreter(setup: WorkerSetup, allow_create: bool, say=print) -> tuple[str | None, dict]:
     """The Python to start workers with (None: the host's) and the record's description of it;
     EnvironmentError_ when its environment cannot be made."""
-    if setup.kind == "host":
-        return None, {"kind": "host", "python": sys.executable}
-    if setup.kind == "user":
+    if setup.python:  # one the user made
         if not Path(setup.python).exists():
             raise EnvironmentError_(f"--python {setup.python}: no such interpreter")
         return setup.python, {"kind": "user", "python": setup.python}
-    env = ensure(for_spec(setup.spec), allow_create, say)
-    described = {"kind": "environment", "python": str(env.python), "key": setup.spec.key(),
-                 "requirements": list(setup.spec.requirements)}
-    if setup.spec.plugin_version:
-        described["plugin"] = setup.spec.plugin_version
+    spec = setup.spec
+    if spec is None:
+        return None, {"kind": "host", "python": sys.executable}
+    env = ensure(for_spec(spec), allow_create, say)
+    described = {"kind": "environment", "python": str(env.python), "key": spec.key(),
+                 "requirements": list(spec.requirements)}
+    if spec.plugin_version:
+        described["plugin"] = spec.plugin_version
     return str(env.python), described

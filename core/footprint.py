@@ -93,15 +93,16 @@ def startup_of(outcomes: list[TrialOutcome]) -> StartupSummary:
 
 def memory_of(outcomes: list[TrialOutcome]) -> Memory:
     ok = [o for o in outcomes if o.status == "ok" and o.timing is not None]
-    hosts = [o.timing.usage.peak_resident_bytes for o in ok if o.timing.usage and o.timing.usage.peak_resident_bytes]
+    hosts = [o.timing.usage.peak_resident_bytes for o in ok
+             if o.timing and o.timing.usage and o.timing.usage.peak_resident_bytes]
     host = max(hosts) if hosts and len(hosts) == len(ok) else None
     host_source = (_noted(outcomes, "host_source", HOST_SOURCE) if host is not None
                    else _noted(outcomes, "host_memory", "not read: this platform gives no peak resident set"))
     devices = [o.device_memory for o in ok if o.device_memory is not None]
-    figures = [d for d in devices if d.peak_bytes is not None]
+    figures = [(d.peak_bytes, d.source) for d in devices if d.peak_bytes is not None]
     if figures and len(figures) == len(ok):
-        largest = max(figures, key=lambda d: d.peak_bytes)
-        return Memory(host, host_source, largest.peak_bytes, largest.source)
+        peak, source = max(figures)
+        return Memory(host, host_source, peak, source)
     reason = next((d.reason for d in devices if d.peak_bytes is None and d.reason), "") or _noted(
         outcomes, "device_memory", "the framework's device memory was not read")
     return Memory(host, host_source, None, None, reason)
@@ -109,15 +110,15 @@ def memory_of(outcomes: list[TrialOutcome]) -> Memory:
 
 def energy_of(outcomes: list[TrialOutcome], images: int | None) -> Energy:
     """The counters' joules over every ok trial's timed steps; none unless every trial has them."""
-    ok = [o for o in outcomes if o.status == "ok" and o.timing is not None]
-    uses = [o.timing.energy for o in ok]
-    if not ok or any(u is None or u.joules is None for u in uses):
+    uses = [o.timing.energy if o.timing else None for o in outcomes if o.status == "ok"]
+    counted = [(u.joules, u.source) for u in uses if u is not None and u.joules is not None]
+    if not uses or len(counted) != len(uses):
         reason = next((u.reason for u in uses if u is not None and u.joules is None and u.reason), "")
         return Energy(None, None, None, None, reason or _noted(outcomes, "energy", "the energy counters were not read"))
-    joules = sum(u.joules for u in uses)
+    joules = sum(j for j, _ in counted)
     per_image = joules / images if images else None
     per_kwh = JOULES_PER_KWH / per_image if per_image else None
-    return Energy(joules, per_image, per_kwh, uses[0].source)
+    return Energy(joules, per_image, per_kwh, counted[0][1])
 
 
 def _noted(outcomes: list[TrialOutcome], what: str, default: str) -> str:

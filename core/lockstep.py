@@ -43,9 +43,10 @@ from statistics import median
 from typing import Callable
 
 from . import busy, envs, footprint, records, stats
+from .backend import Prepared
 from .energy import EnergyUse
 from .errors import UsageError
-from .records import TrialOutcome
+from .records import RunContext, TrialOutcome
 from .runner import RunObserver, ScheduledRun
 from .timing import ProcessUsage, Timing
 from .workers import Worker, WorkerFailure
@@ -84,41 +85,45 @@ class OutOfTime(Exception):
 
 class Side:
     """One plan's warm worker in one pair: started, checked, prepared and warmed up on ``open``,
-    then parked until each of its blocks."""
+    then parked until each of its blocks. ``ctx`` is its plan's run context (backend, resolved
+    config, the trials so far); the benchmark scripts drive a ``Side`` beside a process of their
+    own (a bare loop, a shipped reference) the same way."""
 
-    def __init__(self, run: ScheduledRun, index: int, observer: RunObserver):
-        self.index, self.ctx = index, run.contexts[index]
+    def __init__(self, ctx: RunContext, index: int, observer: RunObserver):
+        self.index, self.ctx = index, ctx
         self.started_utc = records.utc_now("milliseconds")
         self.blocks: list[Block] = []
         self.timings: list[Timing] = []
-        self.prepared = None
+        #: what ``prepare`` reported, once the side is open
+        self.prepared: Prepared | None = None
         self.worker: Worker | None = None
         self.observer, self.trial = observer, len(self.ctx.outcomes)
         self.warmup_calls, self.warmup_rule, self.call_s = 0, "", 0.0
         self.startup: footprint.Startup | None = None
         self.device_memory = None
+        self.probe: Timing | None = None
 
     def open(self, python: str | None) -> None:
         """Start, check, prepare and warm up the worker, then park it; WorkerFailure or Unavailable."""
         self.observer.started(self.ctx.ref.id, self.trial, self.trial)
-        self.worker = Worker(self.ctx.ref, self.ctx.config, python=python)
+        self.worker = worker = Worker(self.ctx.ref, self.ctx.config, python=python)
         reason = self._call("check")
         if reason:
             raise Unavailable(reason)
-        self.prepared = self._call("prepare")
+        self.prepared = prepared = self._call("prepare")
         self.warmup_calls, self.warmup_rule, marks = self._call("warm_up")
-        self.startup = footprint.Startup.of(self.worker.spawned, marks, self.prepared.compile_s)
+        self.startup = footprint.Startup.of(worker.spawned, marks, prepared.compile_s)
         # one more warm-up call, timed, to size the blocks: the last warm-up calls' pace
-        probe = self._call("step", 1)
+        self.probe = self._call("step", 1)
         self.warmup_calls += 1
-        self.call_s = probe.wall_time_s
+        self.call_s = self.probe.wall_time_s
         self.park()
 
     def calls_for(self, blocks: int, block_s: float) -> list[int]:
         """Calls each of this side's ``blocks`` takes: the asked steps split over them exactly (the
         first blocks one call more where they do not divide; a block of none is skipped), else as
         many as fill ``block_s`` at the pace of the last warm-up call (at least one)."""
-        per_call = self.prepared.steps_per_call
+        per_call = self._prepared().steps_per_call
         if self.ctx.config.timed_steps:
             calls = math.ceil(self.ctx.config.timed_steps / per_call)
             return [calls // blocks + (1 if r < calls % blocks else 0) for r in range(blocks)]
@@ -148,10 +153,17 @@ class Side:
 
     def _call(self, command: str, *args):
         # the timeout is per phase here: a lockstep worker lives for a whole pair of many blocks
+        if self.worker is None:
+            raise RuntimeError(f"lockstep side {self.ctx.ref.id}: {command} before the side was opened")
         self.worker.deadline = time.monotonic() + self.worker.timeout_s
         progress = lambda phase, done, total: self.observer.progress(  # noqa: E731
             self.ctx.ref.id, self.trial, phase, done, total)
         return self.worker.call(command, *args, on_progress=progress)
+
+    def _prepared(self) -> Prepared:
+        if self.prepared is None:
+            raise RuntimeError(f"lockstep side {self.ctx.ref.id}: used before it was prepared")
+        return self.prepared
 
     def park(self) -> None:
         self._signal(signal.SIGSTOP)
@@ -168,7 +180,7 @@ class Side:
         counted = [t for b, t in zip(self.blocks, self.timings) if b.counted]
         timing = Timing(
             step_times=[s for t in counted for s in t.step_times], wall_time_s=sum(t.wall_time_s for t in counted),
-            timed_calls=sum(t.timed_calls for t in counted), steps_per_call=self.prepared.steps_per_call,
+            timed_calls=sum(t.timed_calls for t in counted), steps_per_call=self._prepared().steps_per_call,
             losses=[loss for t in counted for loss in t.losses], warmup_calls=self.warmup_calls,
             warmup_rule=self.warmup_rule, timed_rule=f"lockstep: {len(counted)} blocks",
             usage=ProcessUsage.summed([t.usage for t in counted]), energy=EnergyUse.summed([t.energy for t in counted]))
@@ -273,7 +285,8 @@ class LockstepRun(ScheduledRun):
         if len(sides) < 2 or any(side.index in self._failed_now for side in sides):
             return
         first, second = sorted(sides, key=lambda side: side.index)[:2]
-        rates = [{b.round: b.steps / b.seconds for b in side.blocks if b.counted} for side in (first, second)]
+        rates = [{b.round: b.steps / b.seconds for b in side.blocks if b.counted and b.seconds}
+                 for side in (first, second)]
         self.round_logs.append([math.log(rates[0][r] / rates[1][r]) for r in sorted(rates[0]) if r in rates[1]])
         self.open_s.append(open_s)
         self.round_s.append(blocks_s / self.blocks)
@@ -287,7 +300,7 @@ class LockstepRun(ScheduledRun):
             self.allocation, self.blocks = found, found.blocks
 
     def _open(self, index: int, observer: RunObserver) -> Side | None:
-        side = Side(self, index, observer)
+        side = Side(self.contexts[index], index, observer)
         try:
             python = self._python(index, observer)
         except envs.EnvironmentError_ as exc:

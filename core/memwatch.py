@@ -53,7 +53,7 @@ def _rss_kb(pid: int) -> int | None:
 
 def children(pid: int) -> list[int]:
     """The processes ``pid``'s threads started (Linux ``/proc``; none where unreadable)."""
-    found = []
+    found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:

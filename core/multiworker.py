@@ -66,7 +66,7 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
         process.send(command, *args)
     answers: dict[int, Any] = {}
     deadline = min(w.deadline for w in workers)
-    by_conn = {w.conn: (rank, w) for rank, w in enumerate(workers)}
+    by_conn: dict[Any, tuple[int | None, Worker]] = {w.conn: (rank, w) for rank, w in enumerate(workers)}
     # during teardown the workers leave the job, and a service may end with it
     by_conn.update({s.conn: (None, s) for s in services if command != "teardown"})
     while len(answers) < len(workers):
@@ -84,8 +84,8 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
             raise WorkerFailure("timeout", f"no result from worker rank(s) {', '.join(map(str, late))} within the "
                                            f"{workers[0].timeout_s:g} s timeout (during {command}) [logs: {logs}]")
         for conn in ready:
-            rank, process = by_conn[conn]
-            _take(process, rank, answers, on_progress if rank == 0 else None)
+            who, process = by_conn[conn]
+            _take(process, who, answers, on_progress if who == 0 else None)
     return [answers[rank] for rank in range(len(workers))]
 
 
@@ -122,12 +122,14 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
     """One outcome for the whole run: the slowest worker's timing (global images/sec = all
     workers' images / the slowest worker's wall time), rank 0's losses; the workers' peak resident
     sets summed, the largest device peak, the last rank's start-up (the job waits for it)."""
-    if any(o.status != "ok" for o in outcomes):
-        worst = next(o for o in outcomes if o.status != "ok")
-        return TrialOutcome(worst.status, worst.reason, None, outcomes[0].prepared)
-    slowest = max(outcomes, key=lambda o: o.timing.wall_time_s)
-    timing = dataclasses.replace(slowest.timing, losses=outcomes[0].timing.losses, energy=None,
-                                 usage=_summed_peaks(slowest.timing.usage, [o.timing.usage for o in outcomes]))
+    timings = [o.timing for o in outcomes if o.status == "ok" and o.timing is not None]
+    if len(timings) != len(outcomes):
+        worst = next((o for o in outcomes if o.status != "ok"), outcomes[0])
+        return TrialOutcome(worst.status if worst.status != "ok" else "failed", worst.reason or "a worker timed nothing",
+                            None, outcomes[0].prepared)
+    slowest = max(timings, key=lambda t: t.wall_time_s)
+    timing = dataclasses.replace(slowest, losses=timings[0].losses, energy=None,
+                                 usage=_summed_peaks(slowest.usage, [t.usage for t in timings]))
     memories = [o.device_memory for o in outcomes if o.device_memory is not None]
     device_memory = max(memories, key=lambda m: m.peak_bytes or -1) if memories else None
     startups = [o.startup for o in outcomes if o.startup is not None]

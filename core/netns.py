@@ -47,7 +47,7 @@ class LoopbackNamespace:
         return [sys.executable, "-m", "accelbench.netns", "enter", str(self.holder.pid), *user, "--"]
 
     def close(self) -> None:
-        if self.holder.poll() is None:
+        if self.holder.poll() is None and self.holder.stdin is not None:
             self.holder.stdin.close()  # the holder exits when its stdin ends
             try:
                 self.holder.wait(5)
@@ -75,6 +75,7 @@ def start() -> tuple[LoopbackNamespace | None, str]:
 def _read_line(holder: subprocess.Popen) -> str:
     import selectors
 
+    assert holder.stdout is not None, "the holder is started with stdout=PIPE"
     with selectors.DefaultSelector() as selector:
         selector.register(holder.stdout, selectors.EVENT_READ)
         if not selector.select(HOLDER_START_TIMEOUT_S):

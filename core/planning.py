@@ -43,7 +43,7 @@ def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | No
     allocators.library(config.allocator)  # one that cannot be had here is refused now, not per worker
     _refuse_unavailable_huge_pages(refs, config)
     counts = environment.device_counts()
-    dataset = datasets.load(config.train["dataset"]) if config.mode == "train" else None
+    dataset = datasets.load(config.train_spec["dataset"]) if config.mode == "train" else None
     plans = []
     for ref in refs:
         for setup in envs.setups_for(ref, pythons, matrix):
@@ -58,7 +58,7 @@ def _plans_of(ref: BackendRef, setup: envs.WorkerSetup, point: RunConfig, counts
     if refusal:
         return [Plan(ref, _resolve_for_record(ref, point, counts), refusal, setup)]
     resolved = _resolve(ref, point, counts)
-    if dataset and training.steps_per_epoch(dataset, resolved.global_batch) < 1:
+    if dataset and training.steps_per_epoch(dataset, resolved.resolved_global_batch) < 1:
         raise UsageError(f"global batch {resolved.global_batch} is larger than the training split "
                          f"({dataset['splits']['train']['count']} images)")
     if resolved.workers > 1 and resolved.scaling_baseline:
@@ -96,11 +96,11 @@ def _refuse_unoffered(refs: list[BackendRef], config: RunConfig) -> None:
     """A value none of the selected backends offers is the user's mistake: one line, exit 2."""
     if not refs:
         return
-    misses = [(ref, _unoffered(ref.backend.describe(), config)) for ref in refs]
-    if all(miss for _, miss in misses):
-        ref, (what, value) = misses[0]
+    misses = [miss for ref in refs if (miss := _unoffered(ref.backend.describe(), config))]
+    if len(misses) == len(refs):
+        what, value = misses[0]
         offered = "; ".join(f"{r.id}: {', '.join(offers(r.backend.describe(), config.model)[what]) or 'none'}"
-                            for r, _ in misses)
+                            for r in refs)
         raise UsageError(f"{what} {value!r}: no selected backend offers it ({what}s offered: {offered})")
 
 

@@ -9,7 +9,7 @@ for plugin authors' contract tests, and the JSON hook that puts accelbench recor
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -56,7 +56,7 @@ def accelbench_options(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 @pytest.fixture
-def accelbench_session() -> Callable[..., Any]:
+def accelbench_session() -> Iterator[Callable[..., Any]]:
     """Start a persistent worker: ``accelbench_session("plugin:backend", **config)``.
 
     Skips the test when the backend cannot run here (the reason is the skip message).

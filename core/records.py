@@ -164,17 +164,17 @@ class TrialRow:
     @classmethod
     def of(cls, index: int, outcome: TrialOutcome, batch: int) -> TrialRow:
         """``batch`` images per step, as the trial's process timed them."""
-        when = {"round": outcome.round, "started_utc": outcome.started_utc, "ended_utc": outcome.ended_utc}
         timing = outcome.timing
-        if outcome.blocks is not None:
-            when["blocks"] = outcome.blocks
+        row = cls(index, outcome.status, outcome.reason, None, None, None, [], [], round=outcome.round,
+                  started_utc=outcome.started_utc, ended_utc=outcome.ended_utc, blocks=outcome.blocks)
         if not timing:
-            return cls(index, outcome.status, outcome.reason, None, None, None, [], [], **when)
+            return row
         images = batch * timing.timed_steps
-        return cls(index, outcome.status, outcome.reason, images, timing.wall_time_s, images / timing.wall_time_s,
-                   list(timing.step_times), list(timing.losses), timing.warmup_calls * timing.steps_per_call,
-                   **when, process=timing.usage, startup=outcome.startup,
-                   energy_j=timing.energy.joules if timing.energy else None)
+        return dataclasses.replace(
+            row, images=images, wall_time_s=timing.wall_time_s, images_per_sec=images / timing.wall_time_s,
+            step_times_s=list(timing.step_times), losses=list(timing.losses),
+            warmup_steps=timing.warmup_calls * timing.steps_per_call, process=timing.usage, startup=outcome.startup,
+            energy_j=timing.energy.joules if timing.energy else None)
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> TrialRow:
@@ -277,13 +277,14 @@ def _assemble(ctx: RunContext) -> Record:
         config_hash=cfg.config_hash(), plugin=Named(ctx.ref.plugin.name, ctx.ref.plugin.version),
         backend=Named(info.name, info.version),
         framework=Named(info.framework, prepared.framework_version or ctx.ref.framework_version()),
-        model=ModelRef(cfg.model, cfg.variant), precision=cfg.precision,
-        device=DeviceRef(cfg.device, cfg.device_count, prepared.device_name),
-        batch=BatchRef(cfg.global_batch, cfg.per_device_batch, cfg.batch_source, info.batch_semantics),
+        model=ModelRef(cfg.resolved_model, cfg.variant), precision=cfg.resolved_precision,
+        device=DeviceRef(cfg.device, cfg.resolved_device_count, prepared.device_name),
+        batch=BatchRef(cfg.resolved_global_batch, cfg.resolved_per_device_batch, cfg.resolved_batch_source,
+                       info.batch_semantics),
         image_size=cfg.image_size,
         data=DataRef(cfg.data, reported.data_placement if reported else None),
         steps=_steps(cfg, prepared.steps_per_call, ctx.outcomes),
-        trials=[TrialRow.of(i, o, cfg.global_batch) for i, o in enumerate(ctx.outcomes)],
+        trials=[TrialRow.of(i, o, cfg.resolved_global_batch) for i, o in enumerate(ctx.outcomes)],
         throughput=None, step_time=None, flops=None,
         # a copy: the record is rebuilt after every trial, and its building edits settings
         settings=dict(prepared.settings), config=cfg.to_dict(), environment=_environment(ctx),
@@ -375,8 +376,8 @@ def _add_training(record: Record, cfg: RunConfig, outcome: TrialOutcome) -> None
     if outcome.training is None:
         return
     preprocessing = record.settings.pop("preprocessing", {})
-    spec = training.TrainSpec.from_dict(cfg.train)
-    record.training = {**training.summary(outcome.training, spec, cfg.global_batch),
+    spec = training.TrainSpec.from_dict(cfg.train_spec)
+    record.training = {**training.summary(outcome.training, spec, cfg.resolved_global_batch),
                        "preprocessing": preprocessing, "cost_to_target": None}
 
 
@@ -385,8 +386,8 @@ def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps
     was decided. In train mode: the first epoch is the warm-up, the later epochs' steps the timed
     ones; a run of one epoch times that epoch and excludes nothing (the rules say so). A run that
     never stepped shows the counts it was given (0 timed steps for a time box)."""
-    trained = next((o for o in outcomes if o.training), None)
-    if trained:
+    trained = next((o for o in outcomes if o.training and o.timing), None)
+    if trained and trained.timing:
         steady = trained.timing
         return Steps(steady.warmup_calls, max(1, steady.timed_calls), 1, steady.warmup_rule, steady.timed_rule)
     timing = next((o.timing for o in outcomes if o.timing), None)
@@ -408,11 +409,11 @@ def _overall_status(outcomes: list[TrialOutcome]) -> tuple[str, str]:
 
 def statistics(trials: list[TrialRow], cfg: RunConfig) -> tuple[Throughput, stats.StepTimeSummary, list[str]]:
     """Pooled throughput with its interval, the step-time summary, and the warnings they call for."""
-    images = sum(t.images for t in trials)
-    wall = sum(t.wall_time_s for t in trials)
+    timed = [(t.images, t.wall_time_s) for t in trials if t.images is not None and t.wall_time_s is not None]
+    images, wall = sum(i for i, _ in timed), sum(w for _, w in timed)
     steps = [s for t in trials for s in t.step_times_s]
-    ci, method = stats.throughput_ci([t.images for t in trials], [t.wall_time_s for t in trials],
-                                     steps, images_per_step=cfg.global_batch, seed=cfg.seed)
+    ci, method = stats.throughput_ci([i for i, _ in timed], [w for _, w in timed], steps,
+                                     images_per_step=cfg.resolved_global_batch, seed=cfg.seed)
     throughput = Throughput(images / wall, images, wall, ci, method)
     step_time = stats.step_time_summary(steps)
     warnings = []
@@ -429,8 +430,8 @@ def statistics(trials: list[TrialRow], cfg: RunConfig) -> tuple[Throughput, stat
 
 def _trend(trials: list[TrialRow]) -> stats.Trend | None:
     """Drift diagnostic: does images/sec move with the round index? (interleaved runs only)"""
-    rounds = [t for t in trials if t.round is not None]
-    return stats.trend([t.round for t in rounds], [t.images_per_sec for t in rounds])
+    rounds = [(t.round, t.images_per_sec) for t in trials if t.round is not None and t.images_per_sec is not None]
+    return stats.trend([r for r, _ in rounds], [rate for _, rate in rounds])
 
 
 def _drift_warning(found: stats.Trend) -> str:

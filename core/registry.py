@@ -78,9 +78,11 @@ class PluginHost:
 
     def add(self, plugin: object, name: str | None = None, version: str = "0") -> None:
         """Register an in-process plugin (a module or object with hookimpls)."""
-        name = self._pm.register(plugin, name=name)
+        registered = self._pm.register(plugin, name=name)
+        if registered is None:  # pluggy refuses a plugin blocked by that name: it registered nothing
+            return
         module = getattr(plugin, "__name__", type(plugin).__module__)
-        self._plugins[name] = PluginInfo(name, version, module)
+        self._plugins[registered] = PluginInfo(registered, version, module)
 
     def plugins(self) -> list[PluginInfo]:
         """Every plugin, with the error that keeps it (or some of its backends) out, if any."""

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 from . import config as configuration
 from . import datasets, environment, envs, footprint, netns, records, stats
 from .config import RunConfig
+from .launch import Engine
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
 from .records import RunContext, TrialOutcome, build
 from .registry import BackendRef
@@ -216,7 +217,7 @@ class ScheduledRun:
 
     def _learn_worker(self, index: int) -> Callable[[dict], None]:
         def learn(found: dict) -> None:
-            self.contexts[index].worker.update(found)
+            self.contexts[index].worker = {**(self.contexts[index].worker or {}), **found}
         return learn
 
     def records(self, final: bool = False) -> dict[int, dict]:
@@ -254,7 +255,7 @@ def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None
     """One trial of a multi-worker plan; keeps the workers' block of the latest trial on ``ctx``."""
     from . import launch, multiworker
 
-    engine, cfg = ctx.ref.backend.engine, ctx.config
+    engine, cfg = _engine(ctx.ref), ctx.config
     namespace, network = netns.start()
     try:
         launcher = namespace.launcher() if namespace else []
@@ -268,6 +269,13 @@ def _multiworker_trial(ctx: RunContext, progress: Callable[[str, int, int], None
     return multiworker.merge(outcomes)
 
 
+def _engine(ref: BackendRef) -> Engine:
+    """The backend's multi-worker engine (planning refuses ``--workers`` for a backend without one)."""
+    if ref.backend.engine is None:
+        raise WorkerFailure("failed", f"{ref.id} has no multi-worker engine")
+    return ref.backend.engine
+
+
 #: a multi-host job's engine must be reachable from the other hosts: the network must be trusted
 MULTI_HOST_NETWORK = "the host's network (a multi-host job: its engine's ports are open to the other hosts)"
 
@@ -277,7 +285,7 @@ def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome]
     """The record's ``distributed`` block; ``records.build`` adds the scaling efficiency."""
     from . import multiworker
 
-    per_worker_batch = cfg.per_device_batch * cfg.device_count
+    per_worker_batch = cfg.resolved_per_device_batch * cfg.resolved_device_count
     return {"engine": engine, "workers": cfg.workers, "per_worker_batch": per_worker_batch,
             "per_worker": multiworker.per_worker(outcomes, per_worker_batch, first_rank),
             "baseline_images_per_sec": baseline, "scaling_efficiency": None, "network": network}
@@ -390,7 +398,7 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict
     outcomes = multiworker.run_trial(ref, config, launch_plan, python=python)
     ctx = RunContext(ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)],
                      worker=described)
-    ctx.distributed = _distributed_block(ref.backend.engine.name, config, outcomes, rank, None,
+    ctx.distributed = _distributed_block(_engine(ref).name, config, outcomes, rank, None,
                                          MULTI_HOST_NETWORK)
     return build(ctx)
 
@@ -404,7 +412,8 @@ class DatasetWriter:
     format (the framework's own writer and reader); one worker serves every split."""
 
     def __init__(self, ref: BackendRef):
-        self.ref, self.worker = ref, None
+        self.ref = ref
+        self.worker: Worker | None = None
 
     def __call__(self, examples: list, stem: str) -> tuple[list[str], list[tuple[str, int]]]:
         files = self._call("write_dataset", [(e.path, e.label) for e in examples], stem)
@@ -423,10 +432,11 @@ class DatasetWriter:
                 raise RuntimeError(f"{self.ref.id}: no worker environment: {exc}") from None
             self.worker = Worker(self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data",
                                  python=python)
+        worker = self.worker
         try:
-            return self.worker.call(command, *args)
+            return worker.call(command, *args)
         except WorkerFailure as failure:
-            raise RuntimeError(f"{self.ref.id}: {command} failed: {self.worker.keep_log(failure).reason}") from None
+            raise RuntimeError(f"{self.ref.id}: {command} failed: {worker.keep_log(failure).reason}") from None
 
     def close(self) -> None:
         if self.worker is not None:

@@ -91,11 +91,12 @@ class ProcessUsage:
     def summed(cls, usages: list[ProcessUsage | None]) -> ProcessUsage | None:
         """Several phases of one process (lockstep's blocks, train mode's epochs): their counters
         added, the levels as the last phase left them (None where a phase has none)."""
-        if not usages or any(u is None for u in usages):
+        known = [u for u in usages if u is not None]
+        if not usages or len(known) != len(usages):
             return None
-        return cls(sum(u.cpu_user_s for u in usages), sum(u.cpu_system_s for u in usages),
-                   sum(u.minor_page_faults for u in usages), usages[-1].anon_huge_pages_bytes,
-                   usages[-1].peak_resident_bytes)
+        return cls(sum(u.cpu_user_s for u in known), sum(u.cpu_system_s for u in known),
+                   sum(u.minor_page_faults for u in known), known[-1].anon_huge_pages_bytes,
+                   known[-1].peak_resident_bytes)
 
     @classmethod
     def since(cls, before: ProcessUsage | None) -> ProcessUsage | None:
@@ -125,7 +126,9 @@ class _FirstCall:
     """``step``, noting when its first call started and ended."""
 
     def __init__(self, step: Callable[[], float | None]):
-        self.step, self.started, self.ended = step, None, None
+        self.step = step
+        self.started: float | None = None
+        self.ended: float | None = None
 
     def __call__(self) -> float | None:
         if self.started is not None:
@@ -162,13 +165,14 @@ class Timing:
 
 
 def run_timed(step: Callable[[], float | None], plan: TimingPlan,
-              progress: Callable[[str, int, int], None] | None = None, meter: Meter | None = None,
+              progress: Callable[[str, int, int | None], None] | None = None, meter: Meter | None = None,
               first_steps: bool = False) -> Timing:
     """Warm up, then time calls of ``step`` as ``plan`` says; per-step times and the region's wall
     time, the energy ``meter`` counted over it, and (``first_steps``: these are the process's first
     calls of ``step``) when the first step and the warm-up ran."""
     report = _throttled(progress)
-    step = _FirstCall(step) if first_steps else step
+    first = _FirstCall(step)
+    step = first if first_steps else step
     warmup_started = time.monotonic()
     warmup_calls, warmup_rule = warm_up(step, plan, report)
     warmup_ended = time.monotonic()
@@ -192,11 +196,11 @@ def run_timed(step: Callable[[], float | None], plan: TimingPlan,
     return Timing(step_times=step_times, wall_time_s=marks[-1] - marks[0], timed_calls=calls,
                   steps_per_call=plan.steps_per_call, losses=losses, warmup_calls=warmup_calls,
                   warmup_rule=warmup_rule, timed_rule=timed_rule, usage=usage, energy=energy,
-                  startup=_marks(step, warmup_started, warmup_ended) if first_steps else None)
+                  startup=_marks(first, warmup_started, warmup_ended) if first_steps else None)
 
 
 def _marks(step: _FirstCall, warmup_started: float, warmup_ended: float) -> StartupMarks | None:
-    if step.started is None:
+    if step.started is None or step.ended is None:
         return None
     return StartupMarks(warmup_started, step.started, step.ended, warmup_ended)
 
@@ -212,7 +216,7 @@ def warm_up_marked(step: Callable[[], float | None], plan: TimingPlan) -> tuple[
 def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bool:
     if plan.timed_calls:
         return done < plan.timed_calls
-    return done < MIN_TIMED_CALLS or now < deadline
+    return done < MIN_TIMED_CALLS or (deadline is not None and now < deadline)
 
 
 def warm_up(step: Callable[[], float | None], plan: TimingPlan,
@@ -224,7 +228,7 @@ def warm_up(step: Callable[[], float | None], plan: TimingPlan,
             step()
             report("warmup", i + 1, plan.warmup_calls)
         return plan.warmup_calls, f"fixed: {steps(plan.warmup_calls)} steps"
-    started, times = time.perf_counter(), []
+    started, times = time.perf_counter(), list[float]()
     cap_s = plan.warmup_time_cap_s
     while len(times) < plan.warmup_calls:
         before = time.perf_counter()

@@ -146,7 +146,8 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
             usages.append(timing.usage)
         if epoch % spec.eval_every == 0 or epoch == spec.max_epochs:
             _evaluate(backend, row, result, start)
-            if result.epochs_to_target is None and row.eval_accuracy >= spec.target_top1:
+            reached = row.eval_accuracy is not None and row.eval_accuracy >= spec.target_top1
+            if result.epochs_to_target is None and reached:
                 result.epochs_to_target, result.time_to_target_s = epoch, row.wall_time_s
         result.curve.append(row)
         if progress:
@@ -191,7 +192,7 @@ def _evaluate(backend, row: EpochRow, result: TrainingResult, start: float) -> N
 def summary(result: TrainingResult, spec: TrainSpec, global_batch: int) -> dict[str, Any]:
     """The record's ``training`` block (its JSON form) from the worker's result."""
     evaluated = [row for row in result.curve if row.eval_accuracy is not None]
-    best = max(evaluated, key=lambda row: row.eval_accuracy, default=None)
+    best = max(evaluated, key=lambda row: row.eval_accuracy or 0.0, default=None)
     epochs = len(result.curve)
     return {
         "dataset": spec.dataset,

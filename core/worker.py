@@ -120,10 +120,10 @@ class _Session:
                 prepared.warnings.append(missing)
             return prepared
         if command == "train":
-            spec = training.TrainSpec.from_dict(self.config.train)
-            steps = training.steps_per_epoch(self._dataset, self.config.global_batch)
-            return training.train(self.backend, spec, steps, self.config.global_batch, progress=self._progress,
-                                  meter=self._meter)
+            spec = training.TrainSpec.from_dict(self.config.train_spec)
+            batch = self.config.resolved_global_batch
+            return training.train(self.backend, spec, training.steps_per_epoch(self._dataset, batch), batch,
+                                  progress=self._progress, meter=self._meter)
         if command == "write_dataset":
             return self.backend.write_dataset(*args)
         if command == "read_dataset":
@@ -167,9 +167,9 @@ class _Session:
     @functools.cached_property
     def _dataset(self) -> dict[str, Any]:
         """Train mode's dataset manifest, read once for prepare and train."""
-        return datasets.load(self.config.train["dataset"], validate=False)
+        return datasets.load(self.config.train_spec["dataset"], validate=False)
 
-    def _progress(self, phase: str, done: int, total: int) -> None:
+    def _progress(self, phase: str, done: int, total: int | None) -> None:
         self.conn.send(("progress", phase, done, total))
 
 

@@ -84,7 +84,7 @@ class TfBackend(RunBackend):
         tf = import_tensorflow(config)
         if config.device == "tpu":
             raise NotImplementedError("a TPU's peak is its published figure (accelerator_peaks.json)")
-        dtype = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}[config.precision]
+        dtype = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}[config.resolved_precision]
         name = "/GPU:0" if config.device == "gpu" else "/CPU:0"
         with tf.device(name):
             self.operands = [tf.cast(tf.random.normal((size, size), seed=seed), dtype) for seed in (1, 2)]
@@ -130,22 +130,22 @@ def import_tensorflow(config: RunConfig | None):
         return tf
     tf.config.threading.set_intra_op_parallelism_threads(config.effective_threads)
     tf.config.threading.set_inter_op_parallelism_threads(config.inter_op_threads or 0)
-    if config.device == "cpu" and config.device_count > 1:
+    if config.device == "cpu" and config.resolved_device_count > 1:
         # N logical CPU devices, so the multi-device (MirroredStrategy) path runs on a CPU machine
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * config.device_count)
+            cpu, [tf.config.LogicalDeviceConfiguration()] * config.resolved_device_count)
     return tf
 
 
 def device_problem(tf, config: RunConfig) -> str | None:
     """Why this config cannot run on this machine's devices, or None."""
-    if config.precision == "fp16" and config.device == "cpu":
+    if config.resolved_precision == "fp16" and config.device == "cpu":
         return "fp16 mixed precision needs a GPU; this run is on the CPU (use bf16 or fp32)"
     if config.device == "gpu":
         found = len(tf.config.list_physical_devices("GPU"))
-        if found < config.device_count:
-            return f"{config.device_count} GPU(s) requested, TensorFlow sees {found}"
+        if found < config.resolved_device_count:
+            return f"{config.resolved_device_count} GPU(s) requested, TensorFlow sees {found}"
     if config.device == "tpu":
         try:
             connect_tpu(tf, config)
@@ -167,10 +167,10 @@ def make_strategy(tf, config: RunConfig):
     if config.workers > 1:  # the launch layer set TF_CONFIG: collective all-reduce across workers
         configure_coordination(tf, config)
         return tf.distribute.MultiWorkerMirroredStrategy()
-    if config.device_count == 1:
+    if config.resolved_device_count == 1:
         return tf.distribute.get_strategy()  # the default strategy: no replication overhead
     kind = "GPU" if config.device == "gpu" else "CPU"
-    devices = [d.name for d in tf.config.list_logical_devices(kind)][:config.device_count]
+    devices = [d.name for d in tf.config.list_logical_devices(kind)][:config.resolved_device_count]
     return tf.distribute.MirroredStrategy(devices=devices)
 
 
@@ -283,7 +283,7 @@ def resnet_small(keras, input_shape: tuple[int, int, int], num_classes: int):
     return keras.Model(inputs, outputs, name="resnet_small")
 
 
-def resnet50(keras, variant: str, input_shape: tuple[int, int, int], num_classes: int):
+def resnet50(keras, variant: str | None, input_shape: tuple[int, int, int], num_classes: int):
     """ResNet-50 from the Keras model zoo, rebuilt from its config the way tf_cnn_benchmarks and the
     official TPU model define it: no convolution biases, since every convolution feeds a batch norm
     that subtracts any bias again (their gradients and updates cost 2% of a 2-core CPU step); the
@@ -348,7 +348,8 @@ class TrainingRun:
             return DeviceMemory.on_host()
         if self.config.device != "gpu":
             return DeviceMemory(None, reason=f"TensorFlow gives no memory peak for {self.config.device} devices here")
-        peaks = [self.tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"] for i in range(self.config.device_count)]
+        memory_info = self.tf.config.experimental.get_memory_info
+        peaks = [memory_info(f"GPU:{i}")["peak"] for i in range(self.config.resolved_device_count)]
         return DeviceMemory(int(max(peaks)), "tf.config.experimental.get_memory_info(GPU)['peak'], the largest GPU's")
 
     def __init__(self, config: RunConfig, recipe: Recipe):
@@ -358,7 +359,7 @@ class TrainingRun:
         self.onednn_probe = start_onednn_probe(config)
         import tf_keras as keras
 
-        self.policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[config.precision]
+        self.policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[config.resolved_precision]
         keras.mixed_precision.set_global_policy(self.policy)
         tf.random.set_seed(config.seed)
         self.strategy = make_strategy(tf, config)
@@ -376,20 +377,20 @@ class TrainingRun:
         return 3
 
     def _optimizer(self, keras):
-        lr = self.recipe.base_learning_rate * self.config.global_batch / 256
+        lr = self.recipe.base_learning_rate * self.config.resolved_global_batch / 256
         sgd = keras.optimizers.legacy.SGD(lr, momentum=self.recipe.momentum, nesterov=self.recipe.nesterov)
         return keras.mixed_precision.LossScaleOptimizer(sgd) if self.policy == "mixed_float16" else sgd
 
     def _inputs(self):
         """tf_cnn_benchmarks-style synthetic data, made once on each device and reused every step."""
         tf, cfg = self.tf, self.config
-        shape = (cfg.per_device_batch, cfg.image_size, cfg.image_size, 3)
+        shape = (cfg.resolved_per_device_batch, cfg.image_size, cfg.image_size, 3)
 
         def images(_ctx):
             return tf.random.truncated_normal(shape, mean=127.0, stddev=60.0, seed=cfg.seed)
 
         def labels(_ctx):
-            return tf.random.uniform((cfg.per_device_batch,), 0, cfg.num_classes, tf.int32, seed=cfg.seed)
+            return tf.random.uniform((cfg.resolved_per_device_batch,), 0, cfg.num_classes, tf.int32, seed=cfg.seed)
 
         distribute = self.strategy.experimental_distribute_values_from_function
         return distribute(images), distribute(labels)
@@ -399,7 +400,7 @@ class TrainingRun:
         tf, cfg = self.tf, self.config
         with tf.GradientTape() as tape:
             logits = tf.cast(self.model(images, training=True), tf.float32)  # fp32 loss, as both references
-            data_loss = tf.reduce_sum(self._cross_entropy(labels, logits)) / cfg.global_batch
+            data_loss = tf.reduce_sum(self._cross_entropy(labels, logits)) / cfg.resolved_global_batch
             loss = data_loss + self.recipe.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in self.decayed]) \
                 / self.strategy.num_replicas_in_sync
             scaled = self.optimizer.get_scaled_loss(loss) if self.policy == "mixed_float16" else loss
@@ -495,7 +496,7 @@ def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> 
     """Why this run's bf16 is emulated, if it is: TensorFlow's oneDNN ops off (its Eigen kernels
     compute bf16 in fp32), else told from the kernel oneDNN said it ran (``onednn``: the probe's
     read-back), and from the CPU and the ceiling in the environment where it ran none."""
-    if config.device != "cpu" or config.precision != "bf16":
+    if config.device != "cpu" or config.resolved_precision != "bf16":
         return []
     from accelbench.api import cpu_flags
 
@@ -515,7 +516,7 @@ def start_onednn_probe(config: RunConfig) -> OnednnProbe | None:
     makes, some sixty a ResNet-50 step: the worker cannot ask its own copy."""
     if config.device != "cpu" or not _onednn_enabled():
         return None
-    return OnednnProbe(__name__, (config.precision, str(config.effective_threads)), "ONEDNN_VERBOSE")
+    return OnednnProbe(__name__, (config.resolved_precision, str(config.effective_threads)), "ONEDNN_VERBOSE")
 
 
 def _run_one_convolution(precision: str, threads: int) -> None:

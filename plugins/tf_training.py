@@ -71,7 +71,7 @@ class DatasetRun(TrainingRun):
 
     def __init__(self, config: RunConfig, dataset: dict[str, Any]):
         self.dataset = dataset
-        self.spec = config.train
+        self.spec = config.train_spec
         self.channels = dataset["image"]["channels"]
         recipe = Recipe(weight_decay=self.spec["weight_decay"], momentum=self.spec["momentum"],
                         nesterov=self.spec["nesterov"], label_smoothing=self.spec["label_smoothing"],
@@ -126,7 +126,7 @@ class DatasetRun(TrainingRun):
             count = self.dataset["splits"]["train"]["count"]
             data = data.shuffle(min(count, SHUFFLE_BUFFER), seed=cfg.seed, reshuffle_each_iteration=True).repeat()
         data = data.map(lambda record: self._parse(record, training), num_parallel_calls=tf.data.AUTOTUNE)
-        return data.batch(cfg.global_batch, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+        return data.batch(cfg.resolved_global_batch, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
 
     def _parse(self, record, training: bool):
         tf = self.tf
@@ -181,7 +181,7 @@ class DatasetRun(TrainingRun):
         return evaluate_batch
 
     def evaluate(self) -> dict[str, float]:
-        loss = top1 = top5 = seen = 0
+        loss, top1, top5, seen = 0.0, 0, 0, 0
         for images, labels in self._pipeline("val", training=False):
             batch_loss, batch_top1, batch_top5 = self._evaluate_batch(images, labels)
             loss, top1, top5 = loss + float(batch_loss), top1 + int(batch_top1), top5 + int(batch_top5)

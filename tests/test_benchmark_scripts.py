@@ -75,16 +75,19 @@ def rounds_of(ratios):
             for i, x in enumerate(ratios)]
 
 
-def test_looks_add_rounds_until_the_verdict_is_decided():
+def test_looks_add_rounds_until_the_verdict_is_decided_at_cores_sequential_confidence():
+    from accelbench.stats import sequential_confidence
+
     looks = bench_reference.Looks(rounds=4, max_rounds=8)
-    # the 5% split evenly over the five looks planned (after rounds 4, 5, 6, 7 and 8)
-    assert looks.confidence == pytest.approx(0.99)
     assert not looks.go_on("case", rounds_of([1.01, 1.02, 1.00, 1.015]))  # tight above 0.98: not behind
+    # look 1 spends what `accelbench run --until-*` spends on its first look
+    assert looks.looks == 1 and looks.confidence == sequential_confidence(1) == pytest.approx(0.975)
     assert looks.go_on("case", rounds_of([0.90, 1.10, 1.00, 0.95]))  # wide: another round
+    assert looks.confidence == sequential_confidence(2)
     assert not looks.go_on("case", rounds_of([0.90, 1.10, 1.00, 0.95, 1.05, 0.92, 1.08, 0.99]))  # the limit
     # a fixed number of rounds is one look at 95%, and asks for no more
     fixed = bench_reference.Looks(rounds=3, max_rounds=None)
-    assert fixed.confidence == 0.95 and not fixed.go_on("case", rounds_of([0.90, 1.10, 1.00]))
+    assert not fixed.go_on("case", rounds_of([0.90, 1.10, 1.00])) and fixed.confidence == 0.95
 
 
 def test_an_undecided_verdict_says_about_how_many_more_rounds_would_decide_it():
@@ -295,19 +298,26 @@ def spinning_bare_loop(script, batch, warmup):
 
 
 def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugins_path, tmp_path, monkeypatch):
-    """The plugin's warm worker (20 ms steps) and a warm bare loop (40 ms) take turns, two steps a
-    block: each block is timed by its own side, the pooled ratio is their speeds' (2), and the
-    plugin's kept record holds exactly the blocks' steps."""
+    """The plugin's warm worker (20 ms steps, core's lockstep side) and a warm bare loop (40 ms)
+    take turns, two steps a block, each parked (stopped) while the other runs: each block is timed
+    by its own side, the pooled ratio is their speeds' (2), and the plugin's kept record holds
+    exactly the blocks' steps."""
     monkeypatch.syspath_prepend(str(testplugins_path))
     script = tmp_path / "bare_spin.py"
     script.write_text(BARE_SPIN)
-    seen = {}
+    seen, states = {}, []
     with lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], spinning_bare_loop(script, 2, 2),
                         2, 2, seen, keep=tmp_path / "kept") as (plugin, bare):
-        rate, per_round = bench_overhead.alternate("spin", {"accelbench": lockstep.settled(plugin.block, 2),
-                                                            "reference": lockstep.settled(bare.block, 2)}, 4)
+        def plugin_block():
+            states.append(settled_state(bare.process.pid))  # the bare loop, parked meanwhile
+            return plugin.block(2)
+
+        rate, per_round = bench_overhead.alternate("spin", {"accelbench": plugin_block,
+                                                            "reference": lambda: bare.block(2)}, 4)
+        worker_state = settled_state(plugin.side.worker.process.pid)
         bare_process = bare.process
     assert bare_process.poll() == 0  # the end of its stdin ended it
+    assert set(states) == {"T"} and worker_state == "T"  # each side stopped between its blocks
     assert [list(r) for r in per_round] == [["accelbench", "reference"], ["reference", "accelbench"]] * 2
     assert rate["accelbench"] == pytest.approx(2 / 0.020, rel=0.1)
     assert rate["reference"] == pytest.approx(2 / 0.040, rel=0.1)
@@ -316,26 +326,26 @@ def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugin
     [record] = json.loads(kept.read_text())["records"]
     assert record["throughput"]["images"] == 4 * 2 * 2 and record["steps"]["timed"] == 8
     assert record["throughput"]["images_per_sec"] == pytest.approx(rate["accelbench"])
+    assert len(record["trials"][0]["blocks"]) == 4  # core's blocks, as accelbench run keeps them
 
 
 def test_a_lockstep_block_of_the_plugin_is_one_timing_loop_in_its_worker(testplugins_path, monkeypatch):
     """The plugin's block crosses the pipe once, as the bare loop times its block in its own
-    process: three 20 ms steps come back as three call times from one command, and the block's
-    seconds are theirs."""
+    process: three 20 ms steps are one ``step`` command of three calls, timed in the worker."""
     monkeypatch.syspath_prepend(str(testplugins_path))
     plugin = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1)
     try:
         commands = []
-        call = plugin.session.worker.call
-        plugin.session.worker.call = lambda command, *args, **kw: commands.append((command, *args)) or call(
+        call = plugin.side.worker.call
+        plugin.side.worker.call = lambda command, *args, **kw: commands.append((command, *args)) or call(
             command, *args, **kw)
         images, seconds = plugin.block(3)
     finally:
         plugin.close()
     assert commands == [("step", 3)]
-    assert images == 6 and len(plugin.session.call_times) == 1 + 3
-    assert plugin.session.call_times[-3:] == pytest.approx([0.020] * 3, rel=0.25)
-    assert seconds == pytest.approx(sum(plugin.session.call_times[-3:]))
+    [block] = plugin.side.blocks
+    assert images == 6 and block.steps == 3 and seconds == block.seconds == pytest.approx(0.060, rel=0.25)
+    assert seconds == pytest.approx(sum(plugin.side.timings[-1].step_times))
 
 
 def test_a_plugin_that_runs_loops_of_steps_takes_its_lockstep_blocks_in_whole_loops(testplugins_path, monkeypatch):
@@ -352,11 +362,11 @@ def test_a_plugin_that_runs_loops_of_steps_takes_its_lockstep_blocks_in_whole_lo
         record = plugin.record("test")
     finally:
         plugin.close()
-    assert len(plugin.session.call_times) == 1 + 2
     assert images == 20 and seconds == pytest.approx(2 * 0.050, rel=0.25)
-    assert seconds == pytest.approx(sum(plugin.session.call_times[-2:]))
-    assert record["steps"]["warmup"] == 5 and record["steps"]["timed"] == 10
+    # the warm-up's call, and core's one timed call after it that sizes blocks
+    assert record["steps"]["warmup"] == 5 + 5 and record["steps"]["timed"] == 10
     assert record["throughput"]["images_per_sec"] == pytest.approx(images / seconds)
+    assert record["settings"]["timed_by"] == "test"
     with pytest.raises(SystemExit, match="runs 5 steps a call; a warm-up of 3 is not whole calls"):
         lockstep.PluginSide(args, 2, warmup=3)
 
@@ -642,12 +652,12 @@ def test_a_shipped_reference_in_lockstep_prints_a_line_a_step_as_it_ships(monkey
     assert bench_reference.whole_loops("tf-bf16", 3, 1, 12) == [3, 1, 12]
 
 
-def test_beside_a_shipped_reference_the_plugins_worker_is_stopped_between_its_blocks(testplugins_path, monkeypatch):
-    """Both sides spend the other's block alike: stopped. The worker's block is still its own
+def test_the_plugins_worker_is_stopped_between_its_blocks(testplugins_path, monkeypatch):
+    """Every side spends the other's block alike: stopped. The worker's block is still its own
     timing loop's, and the side's close ends a stopped worker too."""
     monkeypatch.syspath_prepend(str(testplugins_path))
-    plugin = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1, frozen=True)
-    worker = plugin.session.worker.process
+    plugin = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1)
+    worker = plugin.side.worker.process
     try:
         states = [settled_state(worker.pid)]
         images, seconds = plugin.block(2)
@@ -663,8 +673,8 @@ STOPPED_SIDES = {
     "shipped reference": """side = lockstep.ShippedSide([sys.executable, {script!r}], re.compile(r"images/sec"), 2, 1)
 pid = side.process.pid""",
     "plugin worker": """sys.path.insert(0, {plugins!r})
-side = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1, frozen=True)
-pid = side.session.worker.process.pid""",
+side = lockstep.PluginSide(["--plugin", "sleepy", "--option", "step_ms=20"], 2, warmup=1)
+pid = side.side.worker.process.pid""",
 }
 
 

@@ -65,14 +65,14 @@ class FlaxResNet50(RunBackend):
         import jax.numpy as jnp
 
         device = jax.local_devices(backend=config.device)[0]
-        dtype = jnp.dtype(training.COMPUTE_DTYPES[config.precision])
+        dtype = jnp.dtype(training.COMPUTE_DTYPES[config.resolved_precision])
         keys = jax.random.split(jax.random.PRNGKey(config.seed))
         self.operands = [jax.device_put(jax.random.normal(k, (size, size)).astype(dtype), device) for k in keys]
         self.product = jax.jit(jnp.dot)
         dots = hlo.dot_operands(self.product.lower(*self.operands).compile().as_text())  # the call reuses it
         return Prepared(device_name=training.device_name(device), framework_version=jax.__version__,
                         settings={"operator": "jax.jit(jnp.dot)", "dtype": str(dtype), "xla_dot_operands": dots},
-                        warnings=training.emulation_warnings(config.precision, device.platform, dots,
+                        warnings=training.emulation_warnings(config.resolved_precision, device.platform, dots,
                                                              "the matrix product"))
 
     def matmul(self) -> None:

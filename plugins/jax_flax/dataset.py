@@ -26,7 +26,7 @@ class JaxDatasetRun(JaxRun):
     def __init__(self, config: RunConfig, dataset: dict[str, Any]):
         import numpy
 
-        self.dataset, self.spec = dataset, config.train
+        self.dataset, self.spec = dataset, config.train_spec
         super().__init__(config)
         self.rng = numpy.random.default_rng(config.seed)
         self.train_samples = self._samples("train")
@@ -52,7 +52,7 @@ class JaxDatasetRun(JaxRun):
         return imagefolder.samples(f"{self.dataset['root']}/{folder}")
 
     def _endless(self):
-        batch = self.config.global_batch
+        batch = self.config.resolved_global_batch
         while True:  # a new shuffled order every epoch; the last partial batch is dropped
             order = self.rng.permutation(len(self.train_samples))
             for start in range(0, len(order) - batch + 1, batch):
@@ -71,12 +71,12 @@ class JaxDatasetRun(JaxRun):
         from PIL import Image
 
         size = self.config.image_size
-        with Image.open(path) as image:
-            image = image.convert("L" if self.channels == 1 else "RGB")
+        with Image.open(path) as opened:
+            image = opened.convert("L" if self.channels == 1 else "RGB")
             if self.spec["augmentation"] == "imagenet":
                 image = self._random_resized_crop(image, size) if training else self._center_crop(image, size)
             elif image.size != (size, size):
-                image = image.resize((size, size), Image.BILINEAR)
+                image = image.resize((size, size), Image.Resampling.BILINEAR)
             pixels = numpy.asarray(image)
         return pixels.reshape(size, size, self.channels)
 
@@ -98,8 +98,8 @@ class JaxDatasetRun(JaxRun):
         else:  # the central square, as torchvision falls back
             w = h = min(width, height)
             left, top = (width - w) // 2, (height - h) // 2
-        image = image.resize((size, size), Image.BILINEAR, box=(left, top, left + w, top + h))
-        return image.transpose(Image.FLIP_LEFT_RIGHT) if self.rng.random() < 0.5 else image
+        image = image.resize((size, size), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
+        return image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if self.rng.random() < 0.5 else image
 
     def _center_crop(self, image, size: int):
         from PIL import Image
@@ -107,7 +107,7 @@ class JaxDatasetRun(JaxRun):
         short = round(size / EVAL_CROP_FRACTION)
         width, height = image.size
         scale = short / min(width, height)
-        image = image.resize((max(short, round(width * scale)), max(short, round(height * scale))), Image.BILINEAR)
+        image = image.resize((max(short, round(width * scale)), max(short, round(height * scale))), Image.Resampling.BILINEAR)
         width, height = image.size
         left, top = (width - size) // 2, (height - size) // 2
         return image.crop((left, top, left + size, top + size))
@@ -136,7 +136,7 @@ class JaxDatasetRun(JaxRun):
         shape) and the padding masked out."""
         import numpy
 
-        batch, top1, top5, loss = self.config.global_batch, 0, 0, 0.0
+        batch, top1, top5, loss = self.config.resolved_global_batch, 0, 0, 0.0
         for start in range(0, len(self.val_samples), batch):
             chunk = self.val_samples[start:start + batch]
             images, labels = self._batch(chunk + [chunk[-1]] * (batch - len(chunk)), training=False)

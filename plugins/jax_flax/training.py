@@ -19,14 +19,14 @@ COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 #: set by the engine (``JaxDistributedEngine``) for a multi-process job
 COORDINATOR, PROCESSES, PROCESS_ID = "ACCELBENCH_JAX_COORDINATOR", "ACCELBENCH_JAX_PROCESSES", "ACCELBENCH_JAX_PROCESS_ID"
-_joined = []
+_joined: list[bool] = []
 
 
 def import_jax(config: RunConfig):
     """JAX, with ``device_count`` host devices on a CPU (XLA reads the flag once, at start), and
     joined to its multi-process job when the engine set one up (before any device is touched)."""
-    if config.device == "cpu" and config.device_count > 1:
-        flag = f"--xla_force_host_platform_device_count={config.device_count}"
+    if config.device == "cpu" and config.resolved_device_count > 1:
+        flag = f"--xla_force_host_platform_device_count={config.resolved_device_count}"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     import jax
 
@@ -45,7 +45,7 @@ def devices(jax, config: RunConfig) -> list:
     taken: dict[int, int] = {}
     chosen = []
     for device in found:
-        if taken.get(device.process_index, 0) < config.device_count:
+        if taken.get(device.process_index, 0) < config.resolved_device_count:
             taken[device.process_index] = taken.get(device.process_index, 0) + 1
             chosen.append(device)
     return chosen
@@ -57,8 +57,8 @@ def device_problem(config: RunConfig) -> str | None:
         found = jax.local_devices(backend=config.device)
     except RuntimeError:
         found = []
-    if len(found) < config.device_count:
-        return f"{config.device_count} {config.device} device(s) requested, JAX sees {len(found)}"
+    if len(found) < config.resolved_device_count:
+        return f"{config.resolved_device_count} {config.device} device(s) requested, JAX sees {len(found)}"
     return None
 
 
@@ -91,7 +91,7 @@ class JaxRun:
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.batch_sharded = NamedSharding(mesh, PartitionSpec("data"))
         self.model = ResNet(config.num_classes, small=config.model == "resnet_small",
-                            dtype=jnp.dtype(COMPUTE_DTYPES[config.precision]))
+                            dtype=jnp.dtype(COMPUTE_DTYPES[config.resolved_precision]))
         key = jax.random.PRNGKey(config.seed)
         shape = (config.image_size, config.image_size, self.channels)
         variables = self.model.init(key, jnp.zeros((1, *shape)), train=False)
@@ -118,7 +118,7 @@ class JaxRun:
         return 3
 
     def _recipe(self) -> dict:
-        return {"learning_rate": BASE_LEARNING_RATE * self.config.global_batch / 256, "momentum": MOMENTUM,
+        return {"learning_rate": BASE_LEARNING_RATE * self.config.resolved_global_batch / 256, "momentum": MOMENTUM,
                 "weight_decay": WEIGHT_DECAY, "nesterov": False}
 
     def _synthetic(self, jax, shape):
@@ -126,7 +126,7 @@ class JaxRun:
         import numpy
 
         rng = numpy.random.default_rng(self.config.seed + 1 + jax.process_index())
-        batch = self.config.per_device_batch * self.config.device_count  # this process's share
+        batch = self.config.resolved_per_device_batch * self.config.resolved_device_count  # this process's share
         images = rng.standard_normal((batch, *shape), dtype=numpy.float32)
         labels = rng.integers(0, self.config.num_classes, batch, dtype=numpy.int32)
         return (jax.make_array_from_process_local_data(self.batch_sharded, images),
@@ -173,7 +173,7 @@ class JaxRun:
         params = jax.tree_util.tree_leaves(self.state[0])
         convolutions = hlo.convolution_operands(self._compiled_step_hlo())
         return Prepared(
-            warnings=emulation_warnings(self.config.precision, self.devices[0].platform, convolutions,
+            warnings=emulation_warnings(self.config.resolved_precision, self.devices[0].platform, convolutions,
                                         "the step's convolutions"),
             device_name=device_name(self.devices[0]), compile_s=self.compile_s,
             flops_per_image=self.flops_per_image, data_placement="device",
@@ -197,7 +197,7 @@ class JaxRun:
         import jax.numpy as jnp
 
         jax, cfg = self.jax, self.config
-        batch = cfg.per_device_batch * len(self.devices)  # the global array, as the step is called
+        batch = cfg.resolved_per_device_batch * len(self.devices)  # the global array, as the step is called
         images = jax.ShapeDtypeStruct((batch, cfg.image_size, cfg.image_size, self.channels), jnp.float32,
                                       sharding=self.batch_sharded)
         labels = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self.batch_sharded)

@@ -51,13 +51,13 @@ class NgcResNet50(RunBackend):
         from . import training
 
         mx = training.import_mxnet()
-        if config.precision == "bf16":
+        if config.resolved_precision == "bf16":
             from mxnet.contrib import amp
 
             amp.init(target_dtype="bfloat16")  # FullyConnected then casts its inputs to bf16
         context = mx.gpu(0) if config.device == "gpu" else mx.cpu()
         mx.random.seed(config.seed)
-        dtype = "float16" if config.precision == "fp16" else "float32"
+        dtype = "float16" if config.resolved_precision == "fp16" else "float32"
         self.mx, self.size = mx, size
         self.operands = [mx.nd.random.normal(shape=(size, size), ctx=context).astype(dtype) for _ in range(2)]
         output = self._product()

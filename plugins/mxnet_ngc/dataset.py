@@ -40,7 +40,7 @@ class GluonDatasetRun(GluonRun):
     learning rate set by core every step, and an evaluation pass over the held-out split."""
 
     def __init__(self, config: RunConfig, dataset: dict[str, Any]):
-        self.dataset, self.spec = dataset, config.train
+        self.dataset, self.spec = dataset, config.train_spec
         super().__init__(config)
         nd, shape = self.mx.nd, (1, self._input_channels(), 1, 1)
         self.mean = [nd.array(dataset["image"]["mean"], ctx=c).reshape(shape) for c in self.contexts]
@@ -65,7 +65,7 @@ class GluonDatasetRun(GluonRun):
         rec, idx = (f"{self.dataset['root']}/{name}" for name in self.dataset["formats"]["recordio"][split])
         return self.mx.io.ImageRecordIter(
             path_imgrec=rec, path_imgidx=idx, data_shape=(channels, cfg.image_size, cfg.image_size),
-            batch_size=cfg.global_batch, shuffle=training, seed=cfg.seed, preprocess_threads=cfg.effective_threads,
+            batch_size=cfg.resolved_global_batch, shuffle=training, seed=cfg.seed, preprocess_threads=cfg.effective_threads,
             round_batch=True, **self._augmentation(training))
 
     def _augmentation(self, training: bool) -> dict[str, Any]:

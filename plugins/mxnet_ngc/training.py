@@ -66,13 +66,13 @@ def device_problem(config: RunConfig) -> str | None:
     mx = import_mxnet()
     if config.device == "gpu":
         found = mx.context.num_gpus()
-        if found < config.device_count:
-            return f"{config.device_count} GPU(s) requested, MXNet sees {found}"
-        if config.precision == "bf16":
+        if found < config.resolved_device_count:
+            return f"{config.resolved_device_count} GPU(s) requested, MXNet sees {found}"
+        if config.resolved_precision == "bf16":
             return "MXNet 1.9 runs bf16 mixed precision on the CPU (oneDNN) only"
-    if config.device == "cpu" and config.precision == "fp16":
+    if config.device == "cpu" and config.resolved_precision == "fp16":
         return "fp16 needs a GPU; this run is on the CPU (use bf16 or fp32)"
-    if config.device == "cpu" and config.precision == "bf16":
+    if config.device == "cpu" and config.resolved_precision == "bf16":
         problem = cpu_bf16_problem(cpu_flags())
         if problem:
             return problem
@@ -89,7 +89,7 @@ def build_network(vision, config: RunConfig):
     return resnet50(vision, config.variant, config.num_classes)
 
 
-def resnet50(vision, variant: str, num_classes: int):
+def resnet50(vision, variant: str | None, num_classes: int):
     """Gluon model-zoo ResNet-50 v1; for v1.5 each downsampling block's stride moves to its 3x3.
 
     The zoo's bottleneck gives its two 1x1 convolutions a bias, NGC's ResNet-50 (and the TF
@@ -140,21 +140,21 @@ class GluonRun:
         self.config = config
         self.mx = mx = import_mxnet()
         # oneDNN's read-back runs in a process of its own while this one builds the network
-        self.onednn_probe = onednn.start_probe(config.precision) if config.device == "cpu" else None
+        self.onednn_probe = onednn.start_probe(config.resolved_precision) if config.device == "cpu" else None
         from mxnet import gluon
         from mxnet.gluon.model_zoo import vision
 
         mx.random.seed(config.seed)
-        if config.precision == "bf16":
+        if config.resolved_precision == "bf16":
             from mxnet.contrib import amp
 
             amp.init(target_dtype="bfloat16")  # must precede building the network
         maker = mx.gpu if config.device == "gpu" else mx.cpu
-        self.contexts = [maker(i) for i in range(config.device_count)]
+        self.contexts = [maker(i) for i in range(config.resolved_device_count)]
         net = build_network(vision, config)
         self.macs = forward_macs(mx, net, config.image_size, self._input_channels())
         net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self.contexts)
-        dtype = "float16" if config.precision == "fp16" else "float32"
+        dtype = "float16" if config.resolved_precision == "fp16" else "float32"
         if dtype == "float16":
             net.cast("float16")
         net.hybridize(static_alloc=True, static_shape=True)
@@ -172,7 +172,7 @@ class GluonRun:
         return 3
 
     def _optimizer(self) -> tuple[str, dict[str, Any]]:
-        lr = BASE_LEARNING_RATE * self.config.global_batch / 256
+        lr = BASE_LEARNING_RATE * self.config.resolved_global_batch / 256
         return "sgd", {"learning_rate": lr, "momentum": 0.9, "wd": WEIGHT_DECAY}
 
     def _inputs(self, dtype: str):
@@ -181,9 +181,9 @@ class GluonRun:
     def _synthetic(self, ctx, dtype: str):
         """NGC's synthetic iterator: uniform [-1, 1] images, random labels; made once per device."""
         cfg, nd = self.config, self.mx.nd
-        shape = (cfg.per_device_batch, 3, cfg.image_size, cfg.image_size)
+        shape = (cfg.resolved_per_device_batch, 3, cfg.image_size, cfg.image_size)
         images = nd.random.uniform(-1, 1, shape=shape, ctx=ctx, dtype=dtype)
-        labels = nd.random.randint(0, cfg.num_classes, shape=(cfg.per_device_batch,), ctx=ctx).astype("float32")
+        labels = nd.random.randint(0, cfg.num_classes, shape=(cfg.resolved_per_device_batch,), ctx=ctx).astype("float32")
         return images, labels
 
     def step(self) -> float:
@@ -195,7 +195,7 @@ class GluonRun:
         with autograd.record():
             losses = [self.loss_fn(self.net(x).astype("float32"), y) for x, y in pairs]
         autograd.backward(losses)
-        self.trainer.step(self.config.global_batch)
+        self.trainer.step(self.config.resolved_global_batch)
         # MXNet returns before the work is done; wait for every pending op (the update included)
         self.mx.nd.waitall()
         return sum(loss.mean().asscalar() for loss in losses) / len(losses)
@@ -215,7 +215,7 @@ class GluonRun:
                 "contexts": [str(c) for c in self.contexts],
                 "kvstore": self.kvstore,
                 "hybridize": "static_alloc=True, static_shape=True",
-                "amp": "bfloat16" if self.config.precision == "bf16" else None,
+                "amp": "bfloat16" if self.config.resolved_precision == "bf16" else None,
                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                 "mkldnn": mx.runtime.Features().is_enabled("MKLDNN"),
                 **onednn_settings,
@@ -235,7 +235,7 @@ class GluonRun:
     def _bf16_emulation(self, onednn_settings: dict[str, str | None]) -> str | None:
         """Why this run's bf16 is emulated, told from the kernel oneDNN said it ran (else from the
         CPU and the ceiling oneDNN 2.4 reads)."""
-        if self.config.device != "cpu" or self.config.precision != "bf16":
+        if self.config.device != "cpu" or self.config.resolved_precision != "bf16":
             return None
         return bf16_emulation_from_onednn("MXNet", onednn_settings, cpu_flags(), (onednn.ISA_VARIABLE,))
 

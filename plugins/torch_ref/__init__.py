@@ -95,13 +95,13 @@ class TorchResNet50(RunBackend):
 
         torch = training.import_torch(config)
         device = torch.device("cuda:0" if config.device == "gpu" else "cpu")
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config.resolved_precision]
         generator = torch.Generator().manual_seed(config.seed)
         left, right = (torch.randn(size, size, generator=generator).to(device, dtype) for _ in range(2))
         self.product = lambda: left @ right
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         settings = {"threads": torch.get_num_threads()}
-        if device.type == "cpu" and config.precision == "fp32":
+        if device.type == "cpu" and config.resolved_precision == "fp32":
             settings.update(self._faster_cpu_gemm(torch, left, right, size))
         return Prepared(device_name=training.device_name(torch, device), framework_version=torch.__version__,
                         # a product oneDNN is not asked about: told from the CPU and the ceiling

@@ -61,7 +61,7 @@ class TorchDatasetRun(TorchRun):
     step, and an evaluation pass over the held-out split."""
 
     def __init__(self, config: RunConfig, dataset: dict[str, Any]):
-        self.dataset, self.spec = dataset, config.train
+        self.dataset, self.spec = dataset, config.train_spec
         super().__init__(config)
         torch = self.torch
         self.train_loader = self._loader("train", training=True)
@@ -100,7 +100,7 @@ class TorchDatasetRun(TorchRun):
         [folder] = self.dataset["formats"][FORMAT][split]
         data = image_folder(f"{self.dataset['root']}/{folder}", self._transform(training), self.channels)
         return torch.utils.data.DataLoader(
-            data, batch_size=cfg.global_batch, shuffle=training, drop_last=training,
+            data, batch_size=cfg.resolved_global_batch, shuffle=training, drop_last=training,
             num_workers=LOADER_WORKERS, persistent_workers=True,
             generator=torch.Generator().manual_seed(cfg.seed))
 

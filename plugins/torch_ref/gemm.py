@@ -33,11 +33,11 @@ def products(torch, left, right) -> dict[str, Callable[[], object]]:
 def fastest(candidates: dict[str, Callable[[], object]], calls: int = PROBE_CALLS) -> tuple[str, dict[str, float]]:
     """The name of the fastest product, and each one's best seconds per call (after one call that
     warms its caches and JIT kernels up). CPU products return when done: no sync is needed."""
-    seconds = {}
+    seconds: dict[str, float] = {}
     for name, product in candidates.items():
         product()
         seconds[name] = min(_seconds(product) for _ in range(calls))
-    return min(seconds, key=seconds.get), seconds
+    return min(seconds, key=lambda name: seconds[name]), seconds
 
 
 def _seconds(product: Callable[[], object]) -> float:

@@ -14,15 +14,19 @@ BASE_LEARNING_RATE = 0.1  # per 256 images, scaled linearly with the global batc
 MOMENTUM = 0.9
 
 
+#: the inter-op pool's size once set in this process (PyTorch refuses a second call)
+_inter_op_set: list[int] = []
+
+
 def import_torch(config: RunConfig):
     import torch
 
     torch.set_num_threads(config.effective_threads)
     # PyTorch takes the inter-op pool's size once per process (a second call raises): the check
     # and the run import torch in the same worker
-    if config.inter_op_threads and not getattr(import_torch, "inter_op_set", False):
+    if config.inter_op_threads and not _inter_op_set:
         torch.set_num_interop_threads(config.inter_op_threads)
-        import_torch.inter_op_set = True
+        _inter_op_set.append(config.inter_op_threads)
     return torch
 
 
@@ -37,11 +41,11 @@ def device_name(torch, device) -> str:
 def device_problem(config: RunConfig) -> str | None:
     """Why this config cannot run on this machine's devices, or None."""
     torch = import_torch(config)
-    if config.precision == "fp16" and config.device == "cpu":
+    if config.resolved_precision == "fp16" and config.device == "cpu":
         return "fp16 autocast with a gradient scaler needs a GPU; this run is on the CPU (use bf16 or fp32)"
-    if config.device_count > 1:
-        return (f"{config.device_count} devices in one process: PyTorch runs one process per device "
-                f"(DistributedDataParallel); use --workers {config.device_count} with one device each")
+    if config.resolved_device_count > 1:
+        return (f"{config.resolved_device_count} devices in one process: PyTorch runs one process per device "
+                f"(DistributedDataParallel); use --workers {config.resolved_device_count} with one device each")
     if config.device == "gpu" and not torch.cuda.is_available():
         return "no GPU visible to PyTorch (torch.cuda.is_available() is False)"
     return None
@@ -55,7 +59,7 @@ def resnet_small(torch, num_classes: int, channels: int = 3):
     def norm(channels):
         return nn.BatchNorm2d(channels, eps=1e-5, momentum=0.1)  # Gluon's 0.9 decay is PyTorch's 0.1
 
-    class Block(nn.Module):
+    class Block(nn.Module):  # type: ignore[name-defined]  # torch is imported at run time, in the worker
         def __init__(self, in_channels, channels, stride):
             super().__init__()
             self.conv1 = nn.Conv2d(in_channels, channels, 3, stride, 1, bias=False)
@@ -142,8 +146,8 @@ class TorchRun:
         if self.compiled:
             self.net = torch.compile(self.net)
         self.optimizer = self._optimizer()
-        self.autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
-        self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+        self.autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.resolved_precision]
+        self.scaler = torch.amp.GradScaler("cuda") if config.resolved_precision == "fp16" else None
         self.images, self.labels = self._synthetic()
 
     @property
@@ -153,7 +157,7 @@ class TorchRun:
     def _recipe(self) -> dict:
         """momentum, nesterov, weight decay and the learning rate (train mode: core's recipe)."""
         return {"momentum": MOMENTUM, "nesterov": bool(self.config.options.get("nesterov", False)),
-                "weight_decay": WEIGHT_DECAY, "learning_rate": BASE_LEARNING_RATE * self.config.global_batch / 256}
+                "weight_decay": WEIGHT_DECAY, "learning_rate": BASE_LEARNING_RATE * self.config.resolved_global_batch / 256}
 
     def _device(self):
         torch = self.torch
@@ -187,10 +191,10 @@ class TorchRun:
         """Images and labels made once on the device (each worker its own), reused every step."""
         torch, cfg = self.torch, self.config
         generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + int(os.environ.get("RANK", "0")))
-        shape = (cfg.per_device_batch, 3, cfg.image_size, cfg.image_size)
+        shape = (cfg.resolved_per_device_batch, 3, cfg.image_size, cfg.image_size)
         images = torch.randn(shape, generator=generator, device=self.device).contiguous(
             memory_format=self.memory_format)
-        labels = torch.randint(0, cfg.num_classes, (cfg.per_device_batch,), generator=generator, device=self.device)
+        labels = torch.randint(0, cfg.num_classes, (cfg.resolved_per_device_batch,), generator=generator, device=self.device)
         return images, labels
 
     def _autocast(self):
@@ -325,7 +329,7 @@ class TorchRun:
 def cpu_bf16_warnings(config: RunConfig, onednn: dict[str, str | None]) -> list[str]:
     """Why a bf16 run or product on the CPU is emulated, if it is: told from the kernel oneDNN said
     it ran (``onednn``), else from the CPU flags and oneDNN's ceiling."""
-    if config.device != "cpu" or config.precision != "bf16":
+    if config.device != "cpu" or config.resolved_precision != "bf16":
         return []
     from accelbench.api import cpu_flags
 

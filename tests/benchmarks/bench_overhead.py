@@ -21,6 +21,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from accelbench.schedule import round_order
+
 HERE = Path(__file__).parent
 MIN_RATIO = 0.98
 
@@ -105,9 +107,10 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
 
 
 def alternate(name, runners, rounds, burn_in=False, go_on=None):
-    """Run every runner once per round, in reversed order every other round, so slow drift of a
-    shared machine cancels out. runners: {label: () -> (images, wall seconds)}. Returns pooled
-    images/sec per label (all images / all wall time, never a mean of rates) and each round's.
+    """Run every runner once per round, in reversed order every other round (``accelbench run``'s
+    round order, ``accelbench.schedule.round_order``), so slow drift of a shared machine cancels
+    out. runners: {label: () -> (images, wall seconds)}. Returns pooled images/sec per label (all
+    images / all wall time, never a mean of rates) and each round's.
 
     ``go_on``: called with the rounds so far once ``rounds`` have run and after each round added
     since; another round runs while it returns true (a sequential stop rule owns its own limit).
@@ -126,7 +129,7 @@ def alternate(name, runners, rounds, burn_in=False, go_on=None):
     r = 0
     while r < rounds or (go_on is not None and go_on(per_round)):
         rates = {}
-        for label in list(runners) if r % 2 == 0 else list(reversed(runners)):
+        for label in [list(runners)[i] for i in round_order(len(runners), r)]:
             images, wall = runners[label]()
             pooled[label][0] += images
             pooled[label][1] += wall

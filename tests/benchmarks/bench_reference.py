@@ -302,9 +302,8 @@ def measure_lockstep(name, batch, options):
     reference_side = lockstep_reference(kind, reference, batch, options, warmup, LOOP_STEPS.get(name, 1))
 
     def open_pair(reference_first=False):
-        # beside a reference stopped between its blocks, the plugin's worker is stopped too
         return lockstep.sides(args, reference_side, batch, warmup, seen, options.keep_records,
-                              reference_first=reference_first, frozen=kind != "bare")
+                              reference_first=reference_first)
 
     if options.pairs > 1:
         looks = Looks(options.pairs, options.max_pairs, unit="pair")
@@ -314,8 +313,8 @@ def measure_lockstep(name, batch, options):
     else:
         looks = Looks(options.rounds, options.max_rounds)
         with open_pair() as (plugin, theirs):
-            rate, units = alternate(label, {"accelbench": lockstep.settled(plugin.block, steps),
-                                            "reference": lockstep.settled(theirs.block, steps)},
+            rate, units = alternate(label, {"accelbench": lambda: plugin.block(steps),
+                                            "reference": lambda: theirs.block(steps)},
                                     options.rounds, go_on=lambda rounds: looks.go_on(label, rounds))
         block = f"{warmup} + {steps} a block"
     return summary(name, batch, seen, rate, units, looks, started, steps=block,
@@ -344,30 +343,34 @@ def summary(name, batch, seen, rate, per_round, looks, started, steps, what):
 
 
 class Looks:
-    """The stop rule of ``--max-rounds``: after the first ``rounds`` rounds, and after each round
-    added, the paired interval is read against the bar (``bar_verdict``), and rounds are added
-    while it is undecided, up to ``max_rounds``. Reading an interval after every round would
-    decide wrongly more often than 5%, so the 5% is split evenly over the looks planned (a union
-    bound: each look's interval is at 1 - 0.05 / looks). A fixed number of rounds is one look, at
-    95%. An even split, not one that spends less at each later look: on a VM whose rounds spread
-    ±5-10% a 2% bar is decided late if at all, where such a rule's intervals are the widest."""
+    """The stop rule of ``--max-rounds``, core's (``accelbench run --until-*``): after the first
+    ``rounds`` rounds, and after each round added, the paired interval is read against the bar
+    (``bar_verdict``), and rounds are added while it is undecided, up to ``max_rounds``. Reading
+    an interval after every round would decide wrongly more often than 5%, so look k's interval is
+    at the confidence core spends on it (``accelbench.stats.sequential_confidence``: the 5% split as
+    0.05 / (k (k + 1)) over any number of looks). A fixed number of rounds is one plain 95% look."""
 
     def __init__(self, rounds, max_rounds, unit="round"):
         self.rounds, self.max_rounds, self.unit = rounds, max_rounds or rounds, unit
+        self.looks = 0
 
     @property
     def confidence(self):
-        """The confidence of every look's interval."""
-        return 1 - 0.05 / (self.max_rounds - self.rounds + 1)
+        """The confidence of the last look's interval (95% where no look was sequential)."""
+        from accelbench.stats import sequential_confidence
+
+        return sequential_confidence(self.looks) if self.looks else 0.95
 
     def go_on(self, name, per_round):
         """Whether another round is owed: the verdict is still undecided and rounds remain."""
+        if self.max_rounds <= self.rounds:
+            return False
+        self.looks += 1
         estimate = paired(per_round, "accelbench", "reference", self.confidence)
         verdict = bar_verdict(estimate.ci95)
-        if self.max_rounds > self.rounds:
-            low, high = estimate.ci95
-            print(f"  {name} look after {len(per_round)} {self.unit}s: {self.confidence:.2%} CI {low:.3f}-{high:.3f}, "
-                  f"{verdict}", flush=True)
+        low, high = estimate.ci95
+        print(f"  {name} look {self.looks} after {len(per_round)} {self.unit}s: {self.confidence:.2%} CI "
+              f"{low:.3f}-{high:.3f}, {verdict}", flush=True)
         return verdict == "undecided" and len(per_round) < self.max_rounds
 
 

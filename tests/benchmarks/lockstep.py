@@ -7,21 +7,24 @@ cores). On the 2-core Zen 4 VM (2026-12-04) one side's trials 24 s apart differe
 while the steps within a trial varied 3-7%: rounds of fresh processes pair trials 24 s or more
 apart and inherit the drift; blocks of two seconds, one right after the other, share it.
 
-What is compared is each side's warm steady state. The plugin's steps go through accelbench's own
-worker and timing loop (``BackendSession``: the worker ``accelbench run`` starts, with the
-environment it gives it, every call synced and timed in the worker); the bare loop times its own
-blocks (``bare_timing.py``). Neither side's start-up is in it: rounds of whole ``accelbench run``
-invocations measure that path.
+What is compared is each side's warm steady state. The plugin's side is accelbench's own lockstep
+side (``accelbench.lockstep.Side``: the worker ``accelbench run`` starts, with the environment it
+gives it, warmed up by the config's rule, its blocks timed in the worker and the worker stopped
+between them, exactly as ``accelbench run --schedule lockstep`` drives it); the bare loop times
+its own blocks (``bare_timing.py``). Neither side's start-up is in it: rounds of whole
+``accelbench run`` invocations measure that path.
 
-While one side runs a block the other waits in a pipe read. A short pause before every block lets
-the side that ran last park its threads (an OpenMP runtime keeps its threads spinning for a while
-after a parallel region: GNU's briefly, Intel's 200 ms by default), so no block starts beside them.
+Every side is parked alike while another runs its block: stopped (SIGSTOP) right after its block
+and continued (SIGCONT) right before its next, then given core's settling pause
+(``accelbench.lockstep.SETTLE_S``). A waiting framework is not idle (an OpenMP runtime spins its
+threads for a while after a parallel region), and on the Zen 4 VM the TF plugin's 1-step blocks
+ran ~5% faster after 1.5 s stopped than after 1.5 s waiting in a pipe read: a side parked another
+way than its peer would be favoured or penalised by it.
 
 A shipped reference (tf_cnn_benchmarks, MXNet's ``train_imagenet.py``, the Model Garden) runs its
 own loop and cannot be asked for a block: ``ShippedSide`` lets it run and stops it by job control
 (SIGSTOP to its process group) right after the line it prints for a step, continuing it (SIGCONT)
-for its next block; beside it the plugin's worker is stopped between its blocks too, so both
-sides spend the other's block alike. Rounds of its whole runs paired runs half a minute apart on a
+for its next block. Rounds of its whole runs paired runs half a minute apart on a
 VM whose speed moves on that scale (their rounds spread ±7% on the Zen 4 VM, so a 2% bar needed
 ~40 of them).
 
@@ -30,12 +33,15 @@ process — where its memory landed, how its threads were placed, which kernels 
 picked. On the Zen 4 VM two lockstep runs of the same case 50 minutes apart decided opposite ways
 (jax_flax bf16 at batch 32: 0.952 (0.930-0.974), then 1.040 (1.014-1.067)): the rounds' interval
 is the spread of blocks, not of processes. With several pairs, each opened afresh (the side that
-starts first, and blocks first, alternating from pair to pair), one pair is one unit: its ratio is
-the two sides' images over seconds within it, and the interval is over pairs.
+starts first, and blocks first, alternating from pair to pair as ``accelbench.schedule.round_order``
+orders them), one pair is one unit: its ratio is the two sides' images over seconds within it, and
+the interval is over pairs (``accelbench.stats.paired_ratio``), as ``accelbench compare`` decides a
+lockstep run's.
 """
 
 import collections
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -44,12 +50,12 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
+from accelbench.lockstep import SETTLE_S
+from accelbench.schedule import round_order
 from bare_timing import ANSWER, LOCKSTEP, READY
 from bench_overhead import HERE, alternate, kept, learn
 
-#: seconds before every block (the docstring's last paragraph)
-SETTLE_S = 0.25
-#: a lockstep case holds its worker for many blocks; the worker's deadline counts from its start
+#: a lockstep case holds its worker for many blocks; the worker's timeout counts per phase
 SESSION_TIMEOUT_S = 6 * 3600.0
 
 
@@ -79,66 +85,64 @@ def run_config(args, batch):
 
 
 class PluginSide:
-    """The plugin's worker, prepared and warmed up; ``block(steps)`` times that many steps.
+    """The plugin's worker as ``accelbench run --schedule lockstep`` drives it: core's lockstep side
+    (``accelbench.lockstep.Side``), opened (checked, prepared, warmed up by a fixed warm-up of
+    ``warmup`` steps and one more timed call) and parked; ``block(steps)`` continues it, times that
+    many steps in one timing loop in the worker and parks it again."""
 
-    ``frozen``: the worker is stopped (SIGSTOP) between its blocks, as a ``ShippedSide`` is, so
-    both sides spend the other's block alike. It matters: on the Zen 4 VM the TF plugin's 1-step
-    blocks ran ~5% faster after 1.5 s stopped than after 1.5 s waiting in a pipe read (its
-    threads, frozen as they finished, need no waking), which would have favoured a stopped
-    reference over a waiting worker."""
-
-    def __init__(self, args, batch, warmup, frozen=False):
+    def __init__(self, args, batch, warmup):
+        from accelbench import environment, envs, runner
+        from accelbench.lockstep import Side, Unavailable
+        from accelbench.records import RunContext
         from accelbench.registry import PluginHost
-        from accelbench.runner import BackendSession, Unavailable
         from accelbench.workers import WorkerFailure
 
         plugin, config = run_config(args, batch)
-        [ref] = PluginHost().select([plugin])
-        self.failure = (Unavailable, WorkerFailure)
+        [item] = runner.plan(PluginHost().select([plugin]), config.replace(warmup_steps=warmup, warmup="fixed"))
+        if item.precheck:
+            raise SystemExit(f"{plugin}: {item.precheck.reason}")
+        self.batch, self.rounds, self.clock0 = batch, 0, time.monotonic()
+        self.failure = (Unavailable, WorkerFailure, envs.EnvironmentError_)
         try:
-            self.session = BackendSession(ref, config)
+            python, described = envs.interpreter(item.setup, True, lambda text: print(text, flush=True))
+            self.ctx = RunContext(item.ref, item.config, environment.collect(item.ref.backend.describe().requires),
+                                  worker=described)
+            self.side = Side(self.ctx, 0, runner.RunObserver())
+            self.side.open(python)
         except self.failure as exc:
+            self.close()
             raise SystemExit(f"{plugin}: {exc}") from None
-        self.batch, self.frozen, self.loop = batch, frozen, self.session.prepared.steps_per_call
+        self.loop = self.side.prepared.steps_per_call
         if warmup % self.loop:
             self.close()
             raise SystemExit(f"{plugin}: it runs {self.loop} steps a call; a warm-up of {warmup} is not whole calls")
-        self.warmup_calls = warmup // self.loop
-        self._calls(self.warmup_calls)
-        self._freeze(signal.SIGSTOP)
-
-    def _freeze(self, which):
-        if self.frozen:
-            os.kill(self.session.worker.process.pid, which)
-
-    def _calls(self, calls):
-        try:
-            # one timing loop in the worker, as the bare loop times its block in its own process:
-            # a call per step would wake the worker from the pipe between steps
-            if calls:
-                self.session.steps(calls)
-        except self.failure as exc:
-            raise SystemExit(f"the plugin's worker failed: {exc}") from None
 
     def block(self, steps):
         """``steps`` steps in whole calls (a backend that runs a loop of steps a call, as
         ``tpu_official``'s ``steps_per_loop``, takes its blocks in whole loops)."""
         calls = whole(steps, self.loop, "calls")
-        self._freeze(signal.SIGCONT)
-        self._calls(calls)
-        self._freeze(signal.SIGSTOP)
-        return self.batch * steps, sum(self.session.call_times[-calls:])
+        try:
+            block = self.side.block(calls, self.rounds, self.clock0)
+        except self.failure as exc:
+            raise SystemExit(f"the plugin's worker failed: {exc}") from None
+        self.rounds += 1
+        return self.batch * block.steps, block.seconds
 
     def record(self, timed_by):
-        """The record of every call after the warm-up (the warm-up's alone before any block)."""
-        timed = len(self.session.call_times) - self.warmup_calls
-        if timed == 0:
-            return self.session.record(self.warmup_calls, 0, f"{timed_by}, warm-up")
-        return self.session.record(timed, self.warmup_calls, timed_by)
+        """The record of the blocks so far (of the last warm-up call alone before any block), as
+        ``accelbench run`` builds a lockstep side's."""
+        from accelbench.records import TrialOutcome, build
+
+        side = self.side
+        outcome = (side.outcome() if side.blocks else
+                   TrialOutcome("ok", "", side.probe, side.prepared, startup=side.startup))
+        outcome.prepared = dataclasses.replace(outcome.prepared, settings={**outcome.prepared.settings,
+                                                                           "timed_by": timed_by})
+        return build(dataclasses.replace(self.ctx, outcomes=[outcome]))
 
     def close(self):
-        self._freeze(signal.SIGCONT)  # a stopped worker would not hear its session end
-        self.session.close()
+        if hasattr(self, "side"):
+            self.side.close()
 
 
 class BareSide:
@@ -156,6 +160,7 @@ class BareSide:
         except SystemExit:
             self.close()  # its log, which nothing else would close
             raise
+        self._signal(signal.SIGSTOP)  # parked as the plugin's side is, until its first block
 
     def _answer(self, prefix):
         for line in self.process.stdout:
@@ -165,13 +170,21 @@ class BareSide:
         tail = " ".join(self.log.read().split()[-60:])
         raise SystemExit(f"the bare loop exited ({self.process.wait()}): {tail}")
 
+    def _signal(self, which):
+        if self.process.poll() is None:
+            os.kill(self.process.pid, which)
+
     def block(self, steps):
+        self._signal(signal.SIGCONT)
+        time.sleep(SETTLE_S)
         self.process.stdin.write(f"{steps}\n")
         figures = json.loads(self._answer(ANSWER))
+        self._signal(signal.SIGSTOP)
         return figures["images"], figures["wall_time_s"]
 
     def close(self):
         if self.process.poll() is None:
+            self._signal(signal.SIGCONT)  # a stopped loop would not read the end of its stdin
             self.process.stdin.close()  # the end of its stdin ends the loop
             try:
                 self.process.wait(30)
@@ -233,6 +246,7 @@ class ShippedSide:
     def block(self, steps):
         lines = whole(steps, self.steps_per_line, "lines")
         ran_before_stop = self.stopped_at - self.last_line
+        time.sleep(SETTLE_S)  # as every side: the one that ran last has settled into its stop
         continued_at = time.perf_counter()
         self._signal(signal.SIGCONT)
         for _ in range(lines):
@@ -249,29 +263,19 @@ class ShippedSide:
             self.scratch.cleanup()
 
 
-def settled(block, steps):
-    """A runner for ``bench_overhead.alternate``: ``block(steps)`` after the pause that lets the
-    other side park its threads."""
-    def run():
-        time.sleep(SETTLE_S)
-        return block(steps)
-    return run
-
-
 @contextlib.contextmanager
-def sides(args, reference_side, batch, warmup, seen, keep=None, reference_first=False, frozen=False):
+def sides(args, reference_side, batch, warmup, seen, keep=None, reference_first=False):
     """Both sides, warmed up one after the other (never beside each other); ``seen`` gets the
     plugin's record of its warm-up (FLOPs, peak, settings, Python), from which
     ``reference_side(seen)`` starts the reference's side (a ``BareSide`` or a ``ShippedSide``: its
     interpreter and environment may follow the plugin's). Yields (plugin side, reference side);
     closes both after, the plugin's record of its blocks kept in ``keep`` if given. ``reference_first``:
-    the reference starts and warms up first, from what an earlier pair left in ``seen``.
-    ``frozen``: the plugin's worker is stopped between its blocks (beside a ``ShippedSide``)."""
+    the reference starts and warms up first, from what an earlier pair left in ``seen``."""
     plugin = reference = None
     try:
         if reference_first:
             reference = reference_side(seen)
-        plugin = PluginSide(args, batch, warmup, frozen)
+        plugin = PluginSide(args, batch, warmup)
         learn(plugin.record("bench_reference --lockstep"), seen)
         if reference is None:
             reference = reference_side(seen)
@@ -302,15 +306,16 @@ def in_pairs(name, open_pair, steps, rounds, pairs, go_on=None):
     units = []
 
     def tallied(label, block):
-        def run(steps):
+        def run():
             images, wall = block(steps)
             totals[label][0] += images
             totals[label][1] += wall
             return images, wall
-        return settled(run, steps)
+        return run
 
     while len(units) < pairs or (go_on is not None and go_on(units)):
-        reference_first = len(units) % 2 == 1
+        # the order core's lockstep opens a pair's sides in: forward, then reversed, pair by pair
+        reference_first = round_order(2, len(units)) == [1, 0]
         with open_pair(reference_first) as (plugin, reference):
             runners = {"accelbench": tallied("accelbench", plugin.block),
                        "reference": tallied("reference", reference.block)}
