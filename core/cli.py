@@ -391,7 +391,7 @@ def _failed(done: list[dict[str, Any]]) -> bool:
 def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_names, config_file, options, output,
            **flags) -> None:
     """Run one rank of a multi-host job; a cluster scheduler starts one per host (see README)."""
-    from . import launch, records, runner
+    from . import distributed, launch, records, runner
 
     config = _run_config(config_file, {**flags, "scaling_baseline": False}, options)
     refs = _selected(plugin_names, backend_names)
@@ -408,7 +408,7 @@ def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_n
         _endpoint(peer, "--peers")
     cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers)
     plan = launch.plan_rank(refs[0].backend.engine, cluster)
-    record = runner.run_rank(refs[0], item.config, plan, rank)
+    record = distributed.run_rank(refs[0], item.config, plan, rank)
     records.write_results(Path(output), [record])
     click.echo(f"rank {rank}: {record['status']} {record['reason']}".strip())
     sys.exit(0 if record["status"] == "ok" else 1)
@@ -648,11 +648,11 @@ def data(source: str, out: str, preset: str | None, seed: int) -> None:
     with train/<class>/* and val/<class>/* (ImageNet's layout). Every record is read back and
     checked against its source file; OUT/dataset.json is written last.
     """
-    from . import runner
+    from . import conversion
     from .registry import PluginHost
 
     try:
-        manifest = runner.convert_dataset(source, Path(out), PluginHost().backends(), preset, seed)
+        manifest = conversion.convert_dataset(source, Path(out), PluginHost().backends(), preset, seed)
     except RuntimeError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -687,7 +687,7 @@ TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "devi
 def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, prices, price, price_per_hour,
           price_per_kwh, epochs, **flags) -> None:
     """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
-    from . import cost, datasets, inputs, runner
+    from . import conversion, cost, datasets, inputs, runner
     from .config import RunConfig
     from .console import TrainingTable
 
@@ -701,7 +701,7 @@ def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, p
     pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
     inputs.check_output(path, force)
-    dataset = datasets.load(data_dir or runner.default_dataset(refs))
+    dataset = datasets.load(data_dir or conversion.default_dataset(refs))
     config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
     plans = runner.plan(refs, config)
     _execute(plans, path, pricing, TrainingTable, view=_View(wide=wide), force=force)

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from . import records, runner
+from . import records, runner, session
 from .config import RunConfig
 from .errors import UsageError
 from .registry import PluginHost
@@ -93,17 +93,17 @@ def work_stays_in_its_step(backend: str, calls: int = 5, **config: Any) -> tuple
     finished by the next step's first wait, so back-to-back steps take as long as synced ones and
     ``step_syncs`` cannot see it; but a step after an idle pause finds its predecessor's work done
     and returns early. Returns the median seconds of back-to-back and of paused steps."""
-    session = runner.BackendSession(_ref(backend), RunConfig.from_dict({"warmup_steps": 0, **config}))
+    stepped = session.BackendSession(_ref(backend), RunConfig.from_dict({"warmup_steps": 0, **config}))
     try:
-        session.steps(2)  # warm-up
-        session.steps(calls)
-        back_to_back = statistics.median(session.call_times[-calls:])
+        stepped.steps(2)  # warm-up
+        stepped.steps(calls)
+        back_to_back = statistics.median(stepped.call_times[-calls:])
         for _ in range(calls):
             time.sleep(max(1.5 * back_to_back, 0.01))  # long enough for spilled work to finish
-            session.step()
-        paused = statistics.median(session.call_times[-calls:])
+            stepped.step()
+        paused = statistics.median(stepped.call_times[-calls:])
     finally:
-        session.close()
+        stepped.close()
     if paused < SPILL_GAPPED_OVER_BACK_TO_BACK * back_to_back:
         raise ContractViolation(f"{backend}: a step after an idle pause took {paused:.2e} s against {back_to_back:.2e} s "
                                 "back to back: its work spills past step()'s return (sync the device before returning)")

@@ -63,7 +63,7 @@ def accelbench_session() -> Iterator[Callable[..., Any]]:
     """
     from .config import RunConfig
     from .registry import PluginHost
-    from .runner import BackendSession, Unavailable
+    from .session import BackendSession, Unavailable
 
     sessions: list[BackendSession] = []
 

@@ -21,12 +21,12 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Callable
 
 from . import allocators, datasets, energy, training
 from .backend import Backend, DeviceMemory, Prepared
 from .config import RunConfig
-from .timing import TimingPlan, run_timed, warm_up_marked
+from .timing import StartupMarks, Timing, TimingPlan, run_timed, warm_up_marked
 
 
 def apply_process_settings(config: RunConfig) -> None:
@@ -104,59 +104,74 @@ class _Session:
         self.stepped = False
 
     def handle(self, command: str, args: list[Any]) -> Any:
-        if command == "check":
-            return self.backend.check(self.config)
-        if command in ("prepare", "prepare_training"):
-            prepared = (self.backend.prepare(self.config) if command == "prepare"
-                        else self.backend.prepare_training(self.config, self._dataset))
-            _check_prepared(prepared, command)
-            self.steps_per_call = prepared.steps_per_call
-            # evidence that each framework lives only in its own worker
-            prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
-            prepared.settings["allocator"] = allocators.loaded()  # what is mapped, not what was asked
-            prepared.settings["huge_pages"] = allocators.huge_pages_setting(self.config.allocator)
-            missing = allocators.missing_preference(self.backend.describe().allocator, self.config.device)
-            if missing:
-                prepared.warnings.append(missing)
-            return prepared
-        if command == "train":
-            spec = training.TrainSpec.from_dict(self.config.train_spec)
-            batch = self.config.resolved_global_batch
-            return training.train(self.backend, spec, training.steps_per_epoch(self._dataset, batch), batch,
-                                  progress=self._progress, meter=self._meter)
-        if command == "write_dataset":
-            return self.backend.write_dataset(*args)
-        if command == "read_dataset":
-            return self.backend.read_dataset(*args)
-        if command == "run":
-            plan = TimingPlan.from_config(self.config, self.steps_per_call)
-            self.stepped = True
-            return run_timed(self.backend.step, plan, progress=self._progress, meter=self._meter, first_steps=True)
-        if command == "warm_up":  # lockstep: the config's warm-up rule, its blocks come as "step"
-            self.stepped = True
-            return warm_up_marked(self.backend.step, TimingPlan.from_config(self.config, self.steps_per_call))
-        if command == "step":  # calls (one unless given) through the same timing loop: the pipe not timed
-            calls, first = args[0] if args else 1, not self.stepped
-            self.stepped = True
-            return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call),
-                             meter=self._meter, first_steps=first)
-        if command == "device_memory":  # after the timed steps: the framework's peak
-            return _device_memory(self.backend)
-        if command == "prepare_matmul":
-            prepared = self.backend.prepare_matmul(self.config, *args)
-            _check_prepared(prepared, command)
-            return prepared
-        if command == "matmul":  # repeats of a timed region of matrix products (accelbench peak)
-            calls, repeats = args
-            return [run_timed(self.backend.matmul, TimingPlan(warmup_calls=2 if r == 0 else 0, timed_calls=calls))
-                    for r in range(repeats)]
-        if command == "environment":  # what is installed where this worker runs
-            return _installed(*args)
-        if command == "teardown":
-            return self.backend.teardown()
-        if command == "serve":
-            return self.backend.serve(self.config)
-        raise ValueError(f"unknown worker command {command!r}")
+        """Run one command of the host's (the module's docstring lists them) and return its answer."""
+        if command not in self.commands:
+            raise ValueError(f"unknown worker command {command!r}")
+        return self.commands[command](*args)
+
+    @functools.cached_property
+    def commands(self) -> dict[str, Callable[..., Any]]:
+        """The commands by name: made once, so a block's command costs its lookup alone."""
+        return {
+            "check": lambda: self.backend.check(self.config),
+            "prepare": lambda: self._prepared(self.backend.prepare(self.config), "prepare"),
+            "prepare_training": lambda: self._prepared(self.backend.prepare_training(self.config, self._dataset),
+                                                       "prepare_training"),
+            "train": self._train,
+            "write_dataset": self.backend.write_dataset,
+            "read_dataset": self.backend.read_dataset,
+            "run": self._run,
+            "warm_up": self._warm_up,
+            "step": self._step,
+            "device_memory": lambda: _device_memory(self.backend),  # after the timed steps: the framework's peak
+            "prepare_matmul": lambda size: _checked(self.backend.prepare_matmul(self.config, size), "prepare_matmul"),
+            "matmul": self._matmul,
+            "environment": _installed,  # what is installed where this worker runs
+            "teardown": self.backend.teardown,
+            "serve": lambda: self.backend.serve(self.config),
+        }
+
+    def _prepared(self, prepared: Prepared, command: str) -> Prepared:
+        """What prepare reported, checked, with what only the worker can read back added."""
+        _checked(prepared, command)
+        self.steps_per_call = prepared.steps_per_call
+        # evidence that each framework lives only in its own worker
+        prepared.settings["frameworks_loaded"] = sorted(m for m in self.frameworks if m in sys.modules)
+        prepared.settings["allocator"] = allocators.loaded()  # what is mapped, not what was asked
+        prepared.settings["huge_pages"] = allocators.huge_pages_setting(self.config.allocator)
+        missing = allocators.missing_preference(self.backend.describe().allocator, self.config.device)
+        if missing:
+            prepared.warnings.append(missing)
+        return prepared
+
+    def _train(self) -> training.TrainingResult:
+        spec = training.TrainSpec.from_dict(self.config.train_spec)
+        batch = self.config.resolved_global_batch
+        return training.train(self.backend, spec, training.steps_per_epoch(self._dataset, batch), batch,
+                              progress=self._progress, meter=self._meter)
+
+    def _run(self) -> Timing:
+        """The timing loop of ``accelbench run``: the config's warm-up, then its timed calls."""
+        self.stepped = True
+        plan = TimingPlan.from_config(self.config, self.steps_per_call)
+        return run_timed(self.backend.step, plan, progress=self._progress, meter=self._meter, first_steps=True)
+
+    def _warm_up(self) -> tuple[int, str, StartupMarks | None]:
+        """Lockstep: the config's warm-up rule alone; its blocks come as ``step``."""
+        self.stepped = True
+        return warm_up_marked(self.backend.step, TimingPlan.from_config(self.config, self.steps_per_call))
+
+    def _step(self, calls: int = 1) -> Timing:
+        """``calls`` calls through the same timing loop (the pipe not timed): pytest-benchmark's
+        rounds and lockstep's blocks."""
+        first, self.stepped = not self.stepped, True
+        return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call),
+                         meter=self._meter, first_steps=first)
+
+    def _matmul(self, calls: int, repeats: int) -> list[Timing]:
+        """Repeats of a timed region of matrix products (``accelbench peak``)."""
+        return [run_timed(self.backend.matmul, TimingPlan(warmup_calls=2 if r == 0 else 0, timed_calls=calls))
+                for r in range(repeats)]
 
     @functools.cached_property
     def _meter(self) -> energy.Meter:
@@ -199,12 +214,13 @@ class ContractError(TypeError):
     """A backend returned something the protocol does not allow."""
 
 
-def _check_prepared(prepared: Any, command: str) -> None:
+def _checked(prepared: Any, command: str) -> Prepared:
     if not isinstance(prepared, Prepared):
         raise ContractError(f"{command}() must return accelbench.Prepared, not {type(prepared).__name__}")
     problems = prepared.problems()
     if problems:
         raise ContractError(f"{command}() broke the contract: {'; '.join(problems)}")
+    return prepared
 
 
 def _device_memory(backend: Backend) -> DeviceMemory:

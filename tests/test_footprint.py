@@ -142,7 +142,8 @@ def test_start_up_counts_from_the_workers_start_through_prepare_to_the_first_ste
 
 def test_sessions_and_one_epoch_train_runs_say_why_they_have_no_start_up_or_energy():
     from accelbench.records import TrialOutcome
-    from accelbench.runner import SESSION_NOTES, TRAIN_MODE_NOTES
+    from accelbench.runner import TRAIN_MODE_NOTES
+    from accelbench.session import SESSION_NOTES
     from accelbench.timing import Timing
 
     timing = Timing([0.1], 0.1, 1, 1)

@@ -24,11 +24,11 @@ TARGET = 0.95
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory) -> Path:
     """The digits, converted once for the session through `accelbench data`'s code path."""
-    from accelbench import runner
+    from accelbench import conversion
     from accelbench.registry import PluginHost
 
     out = tmp_path_factory.mktemp("data") / "digits"
-    runner.convert_dataset("digits", out, PluginHost().backends())
+    conversion.convert_dataset("digits", out, PluginHost().backends())
     return out
 
 
@@ -47,8 +47,8 @@ def train(digits: Path, plugin: str, **changes) -> dict:
 
 def test_both_formats_read_back_equal_to_the_digits(digits):
     from accelbench import datasets
+    from accelbench.conversion import dataset_writers
     from accelbench.registry import PluginHost
-    from accelbench.runner import dataset_writers
     from PIL import Image
 
     manifest = datasets.load(digits)
