@@ -379,8 +379,11 @@ def _failed(done: list[dict[str, Any]]) -> bool:
 
 @cli.command()
 @config_options
-@click.option("--rank", type=int, required=True, help="This worker's rank, 0..workers-1.")
-@click.option("--workers", type=int, required=True, help="Workers in the job (one per host).")
+@click.option("--rank", type=int, required=True,
+              help="This worker's rank, 0..workers-1 (with --local-workers N: the first of the N ranks this host runs).")
+@click.option("--workers", type=int, required=True, help="Workers in the job, across every host.")
+@click.option("--local-workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Ranks this host runs, --rank and the ones after it: one per device, as torchrun --nproc-per-node.")
 @click.option("--coordinator", required=True,
               help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one).")
 @click.option("--peers", help="Every worker's HOST:PORT, comma-separated, in rank order (engines that need it).")
@@ -388,9 +391,9 @@ def _failed(done: list[dict[str, Any]]) -> bool:
 @click.option("--servers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Service processes (e.g. parameter servers) rank 0 starts, for engines with them.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
-def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_names, config_file, options, output,
-           **flags) -> None:
-    """Run one rank of a multi-host job; a cluster scheduler starts one per host (see README)."""
+def worker(rank, local_workers, coordinator, peers, node_host, servers, plugin_names, backend_names, config_file,
+           options, output, **flags) -> None:
+    """Run the ranks one host holds in a multi-host job; a cluster scheduler starts one per host."""
     from . import distributed, launch, records, runner
 
     config = _run_config(config_file, {**flags, "scaling_baseline": False}, options)
@@ -406,11 +409,13 @@ def worker(rank, coordinator, peers, node_host, servers, plugin_names, backend_n
         raise UsageError(f"--peers names {len(peer_list)} workers but --workers is {config.workers}: one HOST:PORT a rank")
     for peer in peer_list:
         _endpoint(peer, "--peers")
-    cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers)
-    plan = launch.plan_rank(refs[0].backend.engine, cluster)
+    cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers,
+                                 local_workers=local_workers)
+    plan = launch.plan_host(refs[0].backend.engine, cluster)
     record = distributed.run_rank(refs[0], item.config, plan, rank)
     records.write_results(Path(output), [record])
-    click.echo(f"rank {rank}: {record['status']} {record['reason']}".strip())
+    ranks = f"rank {rank}" if local_workers == 1 else f"ranks {rank}-{rank + local_workers - 1}"
+    click.echo(f"{ranks}: {record['status']} {record['reason']}".strip())
     sys.exit(0 if record["status"] == "ok" else 1)
 
 

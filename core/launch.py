@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from .errors import UsageError
@@ -61,6 +61,10 @@ class ClusterRank:
     node_host: str | None = None
     #: service processes per job, for engines that run them (rank 0 starts them)
     servers: int = 1
+    #: this rank's index among the ranks its host runs, and how many its host runs (one per
+    #: device, as ``torchrun --nproc-per-node``): what an engine sets as the local rank
+    local_rank: int = 0
+    local_workers: int = 1
 
     @property
     def coordinator_host(self) -> str:
@@ -124,3 +128,17 @@ def plan_rank(engine: Engine, cluster: ClusterRank) -> LaunchPlan:
     if not 0 <= cluster.rank < cluster.workers:
         raise UsageError(f"--rank {cluster.rank} is not in 0..{cluster.workers - 1}")
     return engine.rank(cluster)
+
+
+def plan_host(engine: Engine, first: ClusterRank) -> LaunchPlan:
+    """The ranks one host runs, ``first.rank`` and the ``first.local_workers - 1`` after it, each
+    planned by the engine as a rank of its own (with its local rank); the services come from the
+    plan of the job's rank 0, on the host that runs it."""
+    last = first.rank + first.local_workers - 1
+    if last >= first.workers:
+        raise UsageError(f"--rank {first.rank} with --local-workers {first.local_workers} runs ranks up to {last}, "
+                         f"beyond the job's {first.workers} workers")
+    plans = [plan_rank(engine, replace(first, rank=first.rank + i, local_rank=i))
+             for i in range(first.local_workers)]
+    return LaunchPlan(plans[0].engine, first.workers, [env for plan in plans for env in plan.worker_envs],
+                      [service for plan in plans for service in plan.services])

@@ -9,6 +9,7 @@ all-reduce would otherwise wait for the timeout) and the record names the worker
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
 from multiprocessing.connection import wait
 from typing import Any, Callable
@@ -148,10 +149,12 @@ def _summed_peaks(usage: ProcessUsage | None, ranks: list[ProcessUsage | None]) 
 
 
 def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[dict[str, Any]]:
+    """Each rank run here: its figures, its host and its index among this host's ranks."""
     rows = []
-    for rank, outcome in enumerate(outcomes, start=first_rank):
+    for local_rank, outcome in enumerate(outcomes):
+        rank = first_rank + local_rank
         row = TrialRow.of(rank, outcome, per_worker_batch)
-        rows.append({"rank": rank, "status": row.status, "images": row.images, "wall_time_s": row.wall_time_s,
-                     "images_per_sec": row.images_per_sec, "step_times_s": row.step_times_s,
-                     "final": outcome.final or {}})
+        rows.append({"rank": rank, "host": socket.gethostname(), "local_rank": local_rank, "status": row.status,
+                     "images": row.images, "wall_time_s": row.wall_time_s, "images_per_sec": row.images_per_sec,
+                     "step_times_s": row.step_times_s, "final": outcome.final or {}})
     return rows

@@ -585,6 +585,9 @@ def merge_ranks(rank_records: list[dict[str, Any]]) -> dict[str, Any]:
         raise UsageError(f"need exactly one record per rank 0..{workers - 1}, got ranks {[row['rank'] for row in rows]}")
     merged = copy.deepcopy(next(r for r in rank_records if r["distributed"]["per_worker"][0]["rank"] == 0))
     merged["distributed"]["per_worker"] = rows
+    hosts = list(dict.fromkeys(row["host"] for row in rows if "host" in row))  # in rank order
+    if hosts:
+        merged["distributed"]["hosts"] = hosts
     failed = next((r for r in rank_records if r["status"] != "ok"), None)
     merged["timestamp_utc"] = utc_now()
     merged["throughput"] = merged["step_time"] = None

@@ -173,7 +173,7 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _interrupt_as_from_a_terminal() -> None:
+def interrupt_as_from_a_terminal() -> None:
     # a shell starts a background job (a CI script's `pytest &`) with SIGINT ignored, which its
     # children inherit: the host would never see the Ctrl-C these tests send
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -190,7 +190,7 @@ def start_with_a_hang(testplugins_path, tmp_path) -> tuple[subprocess.Popen, Pat
                              "--warmup-steps", "1", "--timed-steps", "3",
                              "--timeout", "120", "-o", str(out)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_interrupt_as_from_a_terminal)
+                            preexec_fn=interrupt_as_from_a_terminal)
     deadline, workers = time.monotonic() + 60, set()
     while time.monotonic() < deadline and not (out.exists() and workers):
         workers = worker_pids(host.pid) if out.exists() else set()

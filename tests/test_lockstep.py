@@ -15,7 +15,7 @@ import pytest
 from accelbench import busy, report
 from accelbench.compare import Run, busy_pairs, compare, runs_of
 from accelbench.console import ComparisonTable, ResultsTable
-from conftest import load_records
+from conftest import interrupt_as_from_a_terminal, load_records
 
 #: 20 ms steps in 0.2 s blocks: a pair of the test backends takes about 3 s
 QUICK = ("--option", "step_ms=20", "--warmup-steps", "3", "--block-time", "0.2s", "--blocks", "4")
@@ -229,7 +229,8 @@ def test_ctrl_c_mid_lockstep_keeps_the_finished_pairs(testplugins_path, tmp_path
     env.pop("ACCELBENCH_PLUGINS", None)
     process = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--plugin", "sleepy", "--plugin", "twin",
                                 *QUICK, "--trials", "50", "-o", str(out)], env=env, cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=interrupt_as_from_a_terminal)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and len(load_records(out)[0]["trials"]) >= 2):
         time.sleep(0.2)

@@ -238,3 +238,29 @@ def test_cluster_ranks_started_separately_then_merged(plugin, accelbench_cli, tm
     assert record["throughput"]["wall_time_s"] == max(w["wall_time_s"] for w in rows)
     missing = accelbench_cli("merge", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "bad.json"))
     assert missing.returncode == 2 and "one record per rank 0..1" in missing.stderr
+
+
+def test_a_host_with_several_workers_runs_consecutive_ranks_each_with_its_local_rank():
+    """``accelbench worker --rank 2 --local-workers 2 --workers 4``: ranks 2 and 3 on this host, as
+    torchrun numbers them; only the host of rank 0 starts the engine's services."""
+    from accelbench.plugins.mxnet_ngc.engine import DmlcPsEngine
+    from accelbench.plugins.torch_ref import TorchDistributedEngine
+
+    second = launch.ClusterRank(2, 4, "10.0.0.1:29500", node_host="10.0.0.2", local_workers=2)
+    plan = launch.plan_host(TorchDistributedEngine(), second)
+    assert plan.workers == 4 and plan.services == []
+    assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"], e["WORLD_SIZE"]) for e in plan.worker_envs] == [
+        ("2", "0", "2", "4"), ("3", "1", "2", "4")]
+    first = launch.ClusterRank(0, 4, "10.0.0.1:9091", node_host="10.0.0.1", local_workers=2)
+    assert [role for role, _ in launch.plan_host(DmlcPsEngine(), first).services] == ["scheduler", "server"]
+    assert launch.plan_host(DmlcPsEngine(), launch.ClusterRank(2, 4, "10.0.0.1:9091", node_host="10.0.0.2",
+                                                               local_workers=2)).services == []
+
+
+def test_the_per_worker_rows_name_each_ranks_host_and_local_rank():
+    from accelbench.records import TrialOutcome
+
+    rows = multiworker.per_worker([TrialOutcome("failed", "x"), TrialOutcome("failed", "y")], 2, first_rank=4)
+    import socket
+    assert [(r["rank"], r["local_rank"], r["host"]) for r in rows] == [(4, 0, socket.gethostname()),
+                                                                       (5, 1, socket.gethostname())]

@@ -80,6 +80,8 @@ BAD_INPUTS = [
       "-o", "{tmp}/w.json"], "--coordinator '127.0.0.1:99999': give HOST:PORT with a port in 1..65535"),
     (["worker", "--plugin", "torch_ref", "--rank", "0", "--workers", "2", "--coordinator", "127.0.0.1:29500",
       "--peers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-o", "{tmp}/w.json"], "--peers names 3 workers but --workers is 2"),
+    (["worker", "--plugin", "torch_ref", "--rank", "2", "--local-workers", "3", "--workers", "4", "--coordinator",
+      "127.0.0.1:29500", "-o", "{tmp}/w.json"], "--rank 2 with --local-workers 3 runs ranks up to 4, beyond the job's 4 workers"),
     (["env", "remove", "0123456789abcdef"], "env remove: no environment has the key '0123456789abcdef'"),
 ]
 

@@ -45,13 +45,42 @@ class TorchDistributedEngine(Engine):
         if not cluster.coordinator_host:
             raise UsageError("--coordinator must be rank 0's HOST:PORT for PyTorch")
         master = {"MASTER_ADDR": cluster.coordinator_host, "MASTER_PORT": str(cluster.coordinator_port)}
-        # one worker per host: its local rank is 0
-        return LaunchPlan(self.name, cluster.workers, [rank_env(master, cluster.rank, cluster.workers, 0)])
+        interface = interface_of(cluster.node_host) if cluster.node_host else None
+        if interface:  # gloo binds the interface of the hostname's address unless told
+            master["GLOO_SOCKET_IFNAME"] = interface
+        env = rank_env(master, cluster.rank, cluster.workers, cluster.local_rank, cluster.local_workers)
+        return LaunchPlan(self.name, cluster.workers, [env])
 
 
-def rank_env(master: dict[str, str], rank: int, world: int, local_rank: int) -> dict[str, str]:
+def rank_env(master: dict[str, str], rank: int, world: int, local_rank: int,
+             local_world: int | None = None) -> dict[str, str]:
+    """torchrun's variables: the local rank picks the GPU (``cuda:LOCAL_RANK``)."""
+    local = world if local_world is None else local_world
     return {**master, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank),
-            "LOCAL_WORLD_SIZE": str(world if local_rank == rank else 1)}
+            "LOCAL_WORLD_SIZE": str(local)}
+
+
+def interface_of(address: str) -> str | None:
+    """The name of this host's network interface that holds ``address`` (IPv4), or None."""
+    import fcntl
+    import ipaddress
+    import socket
+    import struct
+
+    try:
+        wanted = ipaddress.IPv4Address(socket.gethostbyname(address))
+    except (OSError, ValueError):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                request = struct.pack("256s", name.encode()[:15])
+                found = fcntl.ioctl(probe.fileno(), 0x8915, request)  # SIOCGIFADDR
+            except OSError:
+                continue  # an interface without an IPv4 address
+            if ipaddress.IPv4Address(found[20:24]) == wanted:
+                return name
+    return None
 
 
 class TorchResNet50(RunBackend):
