@@ -383,7 +383,7 @@ def _failed(done: list[dict[str, Any]]) -> bool:
               help="This worker's rank, 0..workers-1 (with --local-workers N: the first of the N ranks this host runs).")
 @click.option("--workers", type=int, required=True, help="Workers in the job, across every host.")
 @click.option("--local-workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Ranks this host runs, --rank and the ones after it: one per device, as torchrun --nproc-per-node.")
+              help="Ranks this host runs, --rank and the ones after it: one per device, as a launcher's nproc-per-node.")
 @click.option("--coordinator", required=True,
               help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one).")
 @click.option("--peers", help="Every worker's HOST:PORT, comma-separated, in rank order (engines that need it).")

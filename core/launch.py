@@ -62,7 +62,7 @@ class ClusterRank:
     #: service processes per job, for engines that run them (rank 0 starts them)
     servers: int = 1
     #: this rank's index among the ranks its host runs, and how many its host runs (one per
-    #: device, as ``torchrun --nproc-per-node``): what an engine sets as the local rank
+    #: device, as a launcher's nproc-per-node): what an engine sets as the local rank
     local_rank: int = 0
     local_workers: int = 1
 
