@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence
 
-from .timing import StartupMarks
-
-if TYPE_CHECKING:
-    from .records import TrialOutcome
+from .backend import DeviceMemory
+from .timing import StartupMarks, Timing
 
 #: joules in a kilowatt-hour
 JOULES_PER_KWH = 3.6e6
@@ -43,6 +41,16 @@ class Startup:
             return None
         return cls(marks.first_step_ended - spawned, marks.first_step_ended - marks.first_step_started,
                    marks.warmup_ended - marks.warmup_started, compile_s)
+
+
+class Trial(Protocol):
+    """What these figures read of a trial (``accelbench.records.TrialOutcome`` has it)."""
+
+    status: str
+    timing: Timing | None
+    device_memory: DeviceMemory | None
+    startup: Startup | None
+    footprint_notes: dict[str, str] | None
 
 
 @dataclass
@@ -81,7 +89,7 @@ class Energy:
     reason: str | None = field(default=None, metadata={"omit_if_none": True})
 
 
-def startup_of(outcomes: list[TrialOutcome]) -> StartupSummary:
+def startup_of(outcomes: Sequence[Trial]) -> StartupSummary:
     found = [o.startup for o in outcomes if o.status == "ok" and o.startup is not None]
     if not found:
         return StartupSummary(None, None, None, 0, reason=_noted(outcomes, "startup", "no trial's start-up was timed"))
@@ -91,7 +99,7 @@ def startup_of(outcomes: list[TrialOutcome]) -> StartupSummary:
                           compile_s=statistics.median(compiled) if len(compiled) == len(found) else None)
 
 
-def memory_of(outcomes: list[TrialOutcome]) -> Memory:
+def memory_of(outcomes: Sequence[Trial]) -> Memory:
     ok = [o for o in outcomes if o.status == "ok" and o.timing is not None]
     hosts = [o.timing.usage.peak_resident_bytes for o in ok
              if o.timing and o.timing.usage and o.timing.usage.peak_resident_bytes]
@@ -108,7 +116,7 @@ def memory_of(outcomes: list[TrialOutcome]) -> Memory:
     return Memory(host, host_source, None, None, reason)
 
 
-def energy_of(outcomes: list[TrialOutcome], images: int | None) -> Energy:
+def energy_of(outcomes: Sequence[Trial], images: int | None) -> Energy:
     """The counters' joules over every ok trial's timed steps; none unless every trial has them."""
     uses = [o.timing.energy if o.timing else None for o in outcomes if o.status == "ok"]
     counted = [(u.joules, u.source) for u in uses if u is not None and u.joules is not None]
@@ -121,7 +129,7 @@ def energy_of(outcomes: list[TrialOutcome], images: int | None) -> Energy:
     return Energy(joules, per_image, per_kwh, counted[0][1])
 
 
-def _noted(outcomes: list[TrialOutcome], what: str, default: str) -> str:
+def _noted(outcomes: Sequence[Trial], what: str, default: str) -> str:
     """What a run notes about a figure (why a multi-worker run, a pytest-benchmark session or
     train mode has none, what a multi-worker figure sums), else ``default``."""
     return next((o.footprint_notes[what] for o in outcomes if o.footprint_notes and what in o.footprint_notes), default)
