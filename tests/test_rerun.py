@@ -1,20 +1,36 @@
 """``accelbench rerun``: a results file's configurations run again, then compared with now (#56)."""
 
 import json
+import os
+import subprocess
+import sys
 
+import pytest
 from conftest import load_records
 
 
-def sweep(accelbench_cli, tmp_path):
-    out = tmp_path / "then.json"
-    done = accelbench_cli("run", "--backend", "sleepy:fixed-time", "--batch-sizes", "8,16", "--trials", "2",
-                          "--warmup-steps", "2", "--timed-steps", "10", "--option", "step_ms=5", "-o", str(out))
+@pytest.fixture(scope="module")
+def made_once(testplugins_path, tmp_path_factory):
+    """One results file of a two-point sweep (2 trials each), made once for these tests."""
+    out = tmp_path_factory.mktemp("then") / "then.json"
+    env = {k: v for k, v in os.environ.items() if k != "ACCELBENCH_PLUGINS"}
+    done = subprocess.run([sys.executable, "-m", "accelbench", "run", "--backend", "sleepy:fixed-time",
+                           "--batch-sizes", "8,16", "--trials", "2", "--warmup-steps", "2", "--timed-steps", "10",
+                           "--option", "step_ms=5", "-o", str(out)], capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(testplugins_path)}, timeout=300)
     assert done.returncode == 0, done.stderr
+    return out.read_text()
+
+
+def sweep(made_once, tmp_path):
+    """This test's copy of the results file."""
+    out = tmp_path / "then.json"
+    out.write_text(made_once)
     return out
 
 
-def test_a_rerun_runs_the_same_configurations_and_compares_then_with_now(accelbench_cli, tmp_path):
-    then = sweep(accelbench_cli, tmp_path)
+def test_a_rerun_runs_the_same_configurations_and_compares_then_with_now(accelbench_cli, made_once, tmp_path):
+    then = sweep(made_once, tmp_path)
     done = accelbench_cli("rerun", str(then), "-o", str(tmp_path / "now.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     before, after = load_records(then), load_records(tmp_path / "now.json")
@@ -26,8 +42,8 @@ def test_a_rerun_runs_the_same_configurations_and_compares_then_with_now(accelbe
     assert after[0]["environment"]["lock"] == before[0]["environment"]["lock"]
 
 
-def test_rerun_names_what_changed_in_the_lock_and_the_machine(accelbench_cli, tmp_path):
-    then = sweep(accelbench_cli, tmp_path)
+def test_rerun_names_what_changed_in_the_lock_and_the_machine(accelbench_cli, made_once, tmp_path):
+    then = sweep(made_once, tmp_path)
     document = json.loads(then.read_text())
     for record in document["records"]:
         environment = record["environment"]
@@ -46,8 +62,8 @@ def test_rerun_names_what_changed_in_the_lock_and_the_machine(accelbench_cli, tm
     assert "machine cpu_flags: lost avx9; gained " in done.stdout
 
 
-def test_a_framework_at_another_version_is_pinned_for_the_rerun(accelbench_cli, tmp_path):
-    then = sweep(accelbench_cli, tmp_path)
+def test_a_framework_at_another_version_is_pinned_for_the_rerun(accelbench_cli, made_once, tmp_path):
+    then = sweep(made_once, tmp_path)
     document = json.loads(then.read_text())
     document["records"] = document["records"][:1]
     document["records"][0]["environment"]["packages"]["fakeframework"] = "1.0"
@@ -59,8 +75,8 @@ def test_a_framework_at_another_version_is_pinned_for_the_rerun(accelbench_cli, 
     assert record["status"] == "unavailable" and "--no-create-env" in record["reason"]
 
 
-def test_a_record_named_by_no_hash_is_refused_in_one_line(accelbench_cli, tmp_path):
-    then = sweep(accelbench_cli, tmp_path)
+def test_a_record_named_by_no_hash_is_refused_in_one_line(accelbench_cli, made_once, tmp_path):
+    then = sweep(made_once, tmp_path)
     done = accelbench_cli("rerun", str(then), "--record", "ffffffff", "-o", str(tmp_path / "now.json"))
     assert done.returncode == 2 and done.stderr.startswith("error: --record 'ffffffff' matches no record")
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "now.json").exists()
