@@ -243,10 +243,11 @@ def _print_then_and_now(replays, done: list[dict[str, Any]], bound: float, here:
     if results:
         ComparisonTable(results, bound, wide=wide).print(out)
     out.print(plain(("note", "cyan"), " then and now are two invocations: unpaired trials, and the machine may differ"))
-    then_machines = {id(item.record["environment"]): item.record["environment"] for item in replays}
-    for then in then_machines.values():
-        for line in replay.machine_differences(then, here):
-            out.print(plain(("machine", "yellow"), f" {line}"))
+    # each record carries its machine: a sweep's records name the same differences once
+    differences = dict.fromkeys(line for item in replays
+                                for line in replay.machine_differences(item.record["environment"], here))
+    for line in differences:
+        out.print(plain(("machine", "yellow"), f" {line}"))
 
 
 def _default_schedule(plans, config) -> str:

@@ -26,13 +26,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from . import inputs, validation
+from . import footprint, inputs, validation
 from .errors import UsageError
 
 IMAGENET_EPOCH_IMAGES = 1_281_167
 DEFAULT_EPOCHS = 90
 SECONDS_PER_HOUR = 3600
-JOULES_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)
@@ -158,7 +157,7 @@ def energy_cost_block(record: dict[str, Any], per_kwh: float, currency: str = "U
     if per_image_j is None:
         reason = spent.get("reason") or "the record has no energy figure (written before result schema 1.11)"
         return {**block, "per_image": None, "per_epoch": None, "reason": reason}
-    per_image = per_image_j / JOULES_PER_KWH * per_kwh
+    per_image = per_image_j / footprint.JOULES_PER_KWH * per_kwh
     return {**block, "per_image": per_image, "per_epoch": per_image * IMAGENET_EPOCH_IMAGES}
 
 

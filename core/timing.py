@@ -114,7 +114,7 @@ class ProcessUsage:
 class StartupMarks:
     """``time.monotonic()`` in the worker at the first step's start and end and at the warm-up's
     start and end. On Linux that clock is one for every process of the machine, so the host sets
-    them against its own reading from when it started the worker (``records.Startup``)."""
+    them against its own reading from when it started the worker (``footprint.Startup``)."""
 
     warmup_started: float
     first_step_started: float

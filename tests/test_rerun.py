@@ -80,3 +80,16 @@ def test_a_record_named_by_no_hash_is_refused_in_one_line(accelbench_cli, made_o
     done = accelbench_cli("rerun", str(then), "--record", "ffffffff", "-o", str(tmp_path / "now.json"))
     assert done.returncode == 2 and done.stderr.startswith("error: --record 'ffffffff' matches no record")
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "now.json").exists()
+
+
+def test_a_sweeps_machine_differences_print_once(accelbench_cli, made_once, tmp_path):
+    then = sweep(made_once, tmp_path)
+    document = json.loads(then.read_text())
+    for record in document["records"]:
+        record["environment"]["cpu_cores"] = 96
+    then.write_text(json.dumps(document))
+    done = accelbench_cli("rerun", str(then), "-o", str(tmp_path / "now.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(load_records(tmp_path / "now.json")) == 2
+    assert [line for line in done.stdout.splitlines() if line.startswith("machine ")] == [
+        f"machine cpu_cores: 96 -> {os.cpu_count()}"]
