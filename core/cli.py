@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,10 @@ from .errors import UsageError
 from .inputs import FINITE, TIMEOUT
 from .schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS
 from .training import TrainSpec  # its fields declare train's recipe options
+
+if TYPE_CHECKING:
+    from .blocks import Environment
+    from .records import Record
 
 #: RunConfig fields ``run`` adds to the shared options (``worker`` has its own --workers)
 RUN_ONLY_FIELDS = ("workers", "scaling_baseline")
@@ -224,7 +228,7 @@ def rerun(results, record_ids, output, force, tolerance, no_create_env, wide) ->
     sys.exit(1 if _failed(done) else 0)
 
 
-def _print_then_and_now(replays, done: list[dict[str, Any]], bound: float, here: dict[str, Any], wide: bool) -> None:
+def _print_then_and_now(replays, done: list[Record], bound: float, here: Environment, wide: bool) -> None:
     """Then against now per record (its config hash, the pins it ran with, the comparison), then
     what differs in the machine and in the lock of the Python the workers ran."""
     from . import compare as comparing
@@ -233,7 +237,7 @@ def _print_then_and_now(replays, done: list[dict[str, Any]], bound: float, here:
 
     out, results = console(), []
     for item, now in zip(replays, done):
-        same = "the same config hash" if now["config_hash"] == item.record["config_hash"] else "ANOTHER config hash"
+        same = "the same config hash" if now.config_hash == item.record.config_hash else "ANOTHER config hash"
         pins = f", pinned {', '.join(item.pins)}" if item.pins else ""
         out.print(plain(("rerun", "cyan"), f" {item.backend_id}: {same}{pins}"))
         results += comparing.comparisons([comparing.Run(f"{item.backend_id} then", item.record),
@@ -245,7 +249,7 @@ def _print_then_and_now(replays, done: list[dict[str, Any]], bound: float, here:
     out.print(plain(("note", "cyan"), " then and now are two invocations: unpaired trials, and the machine may differ"))
     # each record carries its machine: a sweep's records name the same differences once
     differences = dict.fromkeys(line for item in replays
-                                for line in replay.machine_differences(item.record["environment"], here))
+                                for line in replay.machine_differences(item.record.environment, here))
     for line in differences:
         out.print(plain(("machine", "yellow"), f" {line}"))
 
@@ -293,14 +297,14 @@ def _schedule(kind: str, config, until_decided: str | None, until_halfwidth: str
                     block_s=block_s, when_busy=when_busy or "wait", adapt_blocks=until is not None and blocks is None)
 
 
-def _print_comparison(done: list[dict[str, Any]], tolerance: float | None, wide: bool = False) -> None:
+def _print_comparison(done: list[Record], tolerance: float | None, wide: bool = False) -> None:
     from . import compare as comparing
     from .console import ComparisonTable
 
     results = comparing.comparisons(comparing.runs_of(done), tolerance)
     if results:
         ComparisonTable(results, tolerance, wide=wide).print()
-    stop = next((r["schedule"]["stop_reason"] for r in done if r.get("schedule")), "")
+    stop = next((r.schedule.stop_reason for r in done if r.schedule), "")
     click.echo(f"stopped: {stop}")
 
 
@@ -336,18 +340,18 @@ def _pythons(given: tuple[str, ...]) -> dict[str, str]:
 
 
 def _execute(plans, path: Path, pricing, table, schedule=None, view: _View = _View(), force: bool = False,
-             create_envs: bool = True, exit_on_failure: bool = True) -> list[dict[str, Any]]:
+             create_envs: bool = True, exit_on_failure: bool = True) -> list[Record]:
     """Run the plans, pricing the records and merging them into the results file after every trial
     (so an interruption keeps every finished one, and the records other runs put there stay;
     ``force``: the file is started afresh); print ``table``; exit 1 when a run failed."""
     from . import lockstep, records, runner
     from .console import run_observer
 
-    done: list[dict[str, Any]] = []
+    done: list[Record] = []
     # merges with whatever is in the file when it writes: other runs may be writing it too
     writer = records.ResultsWriter(path, ["accelbench", *sys.argv[1:]], force)
 
-    def keep(snapshot: list[dict[str, Any]]) -> None:
+    def keep(snapshot: list[Record]) -> None:
         for record in snapshot:
             pricing.price(record)
         writer.write(snapshot)
@@ -367,15 +371,15 @@ def _execute(plans, path: Path, pricing, table, schedule=None, view: _View = _Vi
     if view.tables:
         table(done, wide=view.wide).print()
     if view.as_json:
-        click.echo(json.dumps(records.results_document(done), indent=1))
+        click.echo(json.dumps(records.results_document(done).to_json(), indent=1))
     click.echo(f"results: {writer.side_path or path}", err=view.as_json)
     if exit_on_failure and _failed(done):
         sys.exit(1)
     return done
 
 
-def _failed(done: list[dict[str, Any]]) -> bool:
-    return any(r["status"] in ("failed", "timeout") for r in done)
+def _failed(done: list[Record]) -> bool:
+    return any(r.status in ("failed", "timeout") for r in done)
 
 
 @cli.command()
@@ -416,8 +420,8 @@ def worker(rank, local_workers, coordinator, peers, node_host, servers, plugin_n
     record = distributed.run_rank(refs[0], item.config, plan, rank)
     records.write_results(Path(output), [record])
     ranks = f"rank {rank}" if local_workers == 1 else f"ranks {rank}-{rank + local_workers - 1}"
-    click.echo(f"{ranks}: {record['status']} {record['reason']}".strip())
-    sys.exit(0 if record["status"] == "ok" else 1)
+    click.echo(f"{ranks}: {record.status} {record.reason}".strip())
+    sys.exit(0 if record.ok else 1)
 
 
 @cli.command()
@@ -429,7 +433,8 @@ def merge(files: tuple[str, ...], output: str) -> None:
 
     merged = records.merge_ranks([r for name in files for r in records.read_results(name)])
     records.write_results(Path(output), [merged])
-    click.echo(f"merged {merged['distributed']['workers']} workers: {merged['status']} -> {output}")
+    click.echo(f"merged {len(merged.distributed.per_worker) if merged.distributed else 0} workers: "
+               f"{merged.status} -> {output}")
 
 
 @cli.command()

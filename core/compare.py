@@ -32,13 +32,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from . import busy, stats, validation
 from .errors import UsageError
-from .records import read_json
+from .records import Record, ResultsDocument, TrialRow, read_json
 from .schedule import StopRule, parse_fraction
 from .stats import BOOTSTRAP_RESAMPLES
 
@@ -52,7 +51,7 @@ PAIRED_KINDS = ("interleaved", "lockstep")
 @dataclass(frozen=True)
 class Run:
     label: str
-    record: dict[str, Any]
+    record: Record
 
 
 @dataclass
@@ -90,40 +89,39 @@ def load_runs(paths: list[str]) -> list[Run]:
     loaded = [(Path(p), r) for p in paths for r in _records_of(Path(p))]
     labels = [_backend_id(r) for _, r in loaded]
     return [Run(label if labels.count(label) == 1 else f"{label} [{path.name}]", record)
-            for (path, record), label in zip(loaded, labels) if record["status"] == "ok"]
+            for (path, record), label in zip(loaded, labels) if record.ok]
 
 
-def _records_of(path: Path) -> list[dict[str, Any]]:
+def _records_of(path: Path) -> list[Record]:
     document = read_json(path)
     if isinstance(document, dict) and "records" in document:
         validation.validate_or_raise("results", document, what=f"results file {path}")
-        return document["records"]
+        return ResultsDocument.from_json(document).records
     if isinstance(document, dict) and "accelbench" in document:  # pytest-benchmark JSON
         block = document["accelbench"]
         if not isinstance(block, dict) or not isinstance(block.get("records"), list):
             raise UsageError(f"{path}: its accelbench block is not {{\"records\": [...]}}")
-        records = block["records"]
-        for record in records:
+        for record in block["records"]:
             validation.validate_or_raise("result", record, what=f"record in {path}")
-        return records
+        return [Record.from_json(record) for record in block["records"]]
     raise UsageError(f"{path}: neither an accelbench results file nor pytest-benchmark JSON with accelbench records")
 
 
-def _backend_id(record: dict[str, Any]) -> str:
+def _backend_id(record: Record) -> str:
     """The run's label: its backend, and the requirements added to its environment in a version
     matrix (``--env``), so that two versions of one framework compare as two runs."""
-    added = record["environment"].get("worker", {}).get("added")
+    added = record.environment.worker.added if record.environment.worker else None
     matrix = f" [{', '.join(added)}]" if added else ""
-    return f"{record['plugin']['name']}:{record['backend']['name']}{matrix}"
+    return f"{record.plugin.name}:{record.backend.name}{matrix}"
 
 
-def config_key(record: dict[str, Any]) -> str:
+def config_key(record: Record) -> str:
     """What must match for two runs to be compared: model and variant, precision, device, batch,
     image size, and for train-mode records the dataset (their throughput includes its pipeline)."""
-    d, model = record["device"], record["model"]
-    mode = f" train on {record['data']['source']}" if record.get("mode") == "train" else ""
-    return (f"{' '.join(filter(None, (model['name'], model['variant'])))} {record['precision']} {d['kind']}x{d['count']} "
-            f"batch {record['batch']['global']} {record['image_size']}px{mode}")
+    d, model = record.device, record.model
+    mode = f" train on {record.data.source}" if record.mode == "train" else ""
+    return (f"{' '.join(filter(None, (model.name, model.variant)))} {record.precision} {d.kind}x{d.count} "
+            f"batch {record.batch.global_} {record.image_size}px{mode}")
 
 
 def compare(runs: list[Run], tolerance: float | None, seed: int = 0, margin: float | None = None) -> list[Comparison]:
@@ -133,9 +131,9 @@ def compare(runs: list[Run], tolerance: float | None, seed: int = 0, margin: flo
     return results
 
 
-def runs_of(records: list[dict[str, Any]]) -> list[Run]:
+def runs_of(records: list[Record]) -> list[Run]:
     """The ``ok`` records of one invocation, labelled by backend."""
-    return [Run(_backend_id(r), r) for r in records if r["status"] == "ok"]
+    return [Run(_backend_id(r), r) for r in records if r.ok]
 
 
 def comparisons(runs: list[Run], tolerance: float | None, seed: int = 0,
@@ -177,7 +175,7 @@ def _judge_margin(result: Comparison, margin: float) -> None:
         result.verdict, result.note = "undecided", f"verdict withheld: {result.busy}"
 
 
-def decided(records: list[dict[str, Any]], rule: StopRule, look: int) -> str:
+def decided(records: list[Record], rule: StopRule, look: int) -> str:
     """Why an ``until`` run may stop at its ``look``-th look (every comparison among these records
     meets ``rule`` at the confidence this look may spend), or "" to go on."""
     confidence = stats.sequential_confidence(look)
@@ -204,9 +202,11 @@ def relative_half_width(result: Comparison) -> float:
 def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
                   confidence: float | None = None) -> Comparison:
     paired = _paired_rates(a.record, b.record)
-    lockstep = bool(paired) and a.record["schedule"]["kind"] == "lockstep"
+    schedule = a.record.schedule
+    lockstep = bool(paired) and schedule is not None and schedule.kind == "lockstep"
     if confidence is None:
-        confidence = a.record["schedule"].get("confidence", 0.95) if paired else 0.95
+        recorded = schedule.confidence if paired and schedule else None
+        confidence = recorded if recorded is not None else 0.95
     per_unit: list[float] = []
     if paired:
         estimate = stats.paired_ratio(*paired, confidence=confidence)
@@ -218,9 +218,8 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
     else:
         point, ci, count, unit, samples = _unpaired(a.record, b.record, seed, confidence)
         analysis = UNPAIRED_ANALYSIS if unit == "trials" else "unpaired bootstrap over timed steps"
-    result = Comparison(a.label, b.label, key, a.record["throughput"]["images_per_sec"],
-                        b.record["throughput"]["images_per_sec"], point, ci, samples, analysis=analysis,
-                        confidence=confidence, per_unit=per_unit)
+    result = Comparison(a.label, b.label, key, a.record.images_per_sec(), b.record.images_per_sec(), point, ci,
+                        samples, analysis=analysis, confidence=confidence, per_unit=per_unit)
     single = (count < 2) if paired else (unit != "trials")
     result.single_sample = single
     if lockstep:
@@ -245,17 +244,23 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
     return result
 
 
-def busy_pairs(record: dict[str, Any]) -> set[int]:
+def busy_pairs(record: Record) -> set[int]:
     """The pairs (rounds) of a lockstep record with a counted block its run called busy."""
-    limit = record["schedule"].get("lockstep", {}).get("busy_share", busy.BUSY_SHARE)
-    return {t["round"] for t in record["trials"] if t["status"] == "ok" for b in t.get("blocks", [])
-            if b["counted"] and busy.is_busy(b["foreign_share"], limit)}
+    limit = _busy_share(record)
+    return {t.round for t in record.ok_trials() for b in t.blocks or () if t.round is not None
+            and b.counted and busy.is_busy(b.foreign_share, limit)}
+
+
+def _busy_share(record: Record) -> float:
+    """The share of the machine other processes may take before the record's run called it busy."""
+    settings = record.schedule.lockstep if record.schedule else None
+    return settings.busy_share if settings else busy.BUSY_SHARE
 
 
 def busy_note(a: Run, b: Run) -> str:
     """Why the machine was too busy to compare these lockstep runs, or "" when it was quiet: a
     counted block of either side in which other processes took more than the run's busy share."""
-    limit = a.record["schedule"].get("lockstep", {}).get("busy_share", busy.BUSY_SHARE)
+    limit = _busy_share(a.record)
     blocks = {run.label: _counted_blocks(run.record) for run in (a, b)}
     if not any(busy.is_busy(share, limit) for found in blocks.values() for share, _ in found):
         return ""
@@ -264,10 +269,10 @@ def busy_note(a: Run, b: Run) -> str:
             f"{first}'s blocks, {_weighted_share(found_b):.0%} during {second}'s")
 
 
-def _counted_blocks(record: dict[str, Any]) -> list[tuple[float, float]]:
+def _counted_blocks(record: Record) -> list[tuple[float, float]]:
     """(foreign share, seconds) of every counted block of the record's ok trials."""
-    return [(block["foreign_share"], block["seconds"]) for trial in record["trials"] if trial["status"] == "ok"
-            for block in trial.get("blocks", []) if block["counted"] and block["foreign_share"] is not None]
+    return [(block.foreign_share, block.seconds or 0.0) for trial in record.ok_trials()
+            for block in trial.blocks or () if block.counted and block.foreign_share is not None]
 
 
 def _weighted_share(blocks: list[tuple[float, float]]) -> float:
@@ -275,40 +280,40 @@ def _weighted_share(blocks: list[tuple[float, float]]) -> float:
     return sum(share * s for share, s in blocks) / seconds if seconds else 0.0
 
 
-def _paired_rates(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[float], list[float], list[bool]] | None:
+def _paired_rates(a: Record, b: Record) -> tuple[list[float], list[float], list[bool]] | None:
     """Per-round images/sec of both sides, and whether A ran first in each round, when they were
     interleaved in one run; else None."""
-    sa, sb = a.get("schedule"), b.get("schedule")
-    if not (sa and sb and sa["run_id"] == sb["run_id"] and sa["kind"] == sb["kind"] and sa["kind"] in PAIRED_KINDS):
+    if not (a.schedule and a.schedule.paired_with(b.schedule)):
         return None
     rounds_a, rounds_b = _trials_by_round(a), _trials_by_round(b)
     common = sorted(rounds_a.keys() & rounds_b.keys())
     if not common:
         return None
-    return ([rounds_a[r]["images_per_sec"] for r in common], [rounds_b[r]["images_per_sec"] for r in common],
-            [rounds_a[r]["started_utc"] < rounds_b[r]["started_utc"] for r in common])
+    rates_a = [rate for r in common if (rate := rounds_a[r].images_per_sec)]
+    rates_b = [rate for r in common if (rate := rounds_b[r].images_per_sec)]
+    return rates_a, rates_b, [str(rounds_a[r].started_utc) < str(rounds_b[r].started_utc) for r in common]
 
 
-def common_rounds(a: dict[str, Any], b: dict[str, Any]) -> list[int]:
+def common_rounds(a: Record, b: Record) -> list[int]:
     """The rounds (or pairs) in which both records have an ok trial, in order: the paired samples."""
     return sorted(set(_trials_by_round(a)) & set(_trials_by_round(b)))
 
 
-def _trials_by_round(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    return {t["round"]: t for t in record["trials"]
-            if t["status"] == "ok" and "round" in t and "started_utc" in t and t["images_per_sec"]}
+def _trials_by_round(record: Record) -> dict[int, TrialRow]:
+    return {t.round: t for t in record.ok_trials()
+            if t.round is not None and t.started_utc is not None and t.images_per_sec}
 
 
-def _unpaired(a: dict[str, Any], b: dict[str, Any], seed: int,
+def _unpaired(a: Record, b: Record, seed: int,
               confidence: float) -> tuple[float, tuple[float, float], int, str, str]:
     """A/B of two runs of separate invocations: Welch's t on the trials' log-rates when both
     sides have several trials; else a bootstrap over timed steps, whose interval holds
     step-to-step noise only (the caller withholds a verdict from it)."""
-    point = a["throughput"]["images_per_sec"] / b["throughput"]["images_per_sec"]
-    if len(a["trials"]) > 1 and len(b["trials"]) > 1:
-        rates = [[t["images"] / t["wall_time_s"] for t in r["trials"]] for r in (a, b)]
+    point = a.images_per_sec() / b.images_per_sec()
+    if len(a.trials) > 1 and len(b.trials) > 1:
+        rates = [[(t.images or 0) / (t.wall_time_s or math.inf) for t in r.trials] for r in (a, b)]
         ci = stats.welch_ratio_interval(rates[0], rates[1], point, confidence)
-        count_a, count_b = len(a["trials"]), len(b["trials"])
+        count_a, count_b = len(a.trials), len(b.trials)
         return point, ci, min(count_a, count_b), "trials", f"{count_a} vs {count_b} trials"
     rng = np.random.default_rng(seed)
     samples_a, count_a = _throughput_samples(a, rng)
@@ -318,11 +323,11 @@ def _unpaired(a: dict[str, Any], b: dict[str, Any], seed: int,
     return point, (low, high), min(count_a, count_b), "timed steps", f"{count_a} vs {count_b} timed steps"
 
 
-def _throughput_samples(record: dict[str, Any], rng: np.random.Generator) -> tuple[np.ndarray, int]:
+def _throughput_samples(record: Record, rng: np.random.Generator) -> tuple[np.ndarray, int]:
     """Bootstrap images/sec over the timed steps of every trial (a side with one trial, beside
     which the other's trials are no help: the comparison rests on step-to-step noise)."""
-    steps = np.concatenate([np.asarray(t["step_times_s"], float) for t in record["trials"]])
-    images_per_step = record["batch"]["global"]
+    steps = np.concatenate([np.asarray(t.step_times_s, float) for t in record.trials])
+    images_per_step = record.batch.global_
     idx = rng.integers(0, steps.size, size=(BOOTSTRAP_RESAMPLES, steps.size))
     return images_per_step / steps[idx].mean(axis=1), steps.size
 

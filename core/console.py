@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .records import Record
 from .runner import RunObserver
 
 COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
@@ -90,9 +91,9 @@ def _text(cell: str | Text) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-def _status(record: dict[str, Any]) -> Text:
+def _status(record: Record) -> Text:
     """The status word; its reason prints under the table, where a narrow terminal has room for it."""
-    return plain((record["status"], STATUS_STYLE[record["status"]]))
+    return plain((record.status, STATUS_STYLE[record.status]))
 
 
 class RunProgress(RunObserver):
@@ -124,7 +125,7 @@ class RunProgress(RunObserver):
         self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
                               completed=done, total=total, visible=True, refresh=True)
 
-    def finished(self, record: dict) -> None:
+    def finished(self, record: Record) -> None:
         self._progress.advance(self._overall)
         self._progress.refresh()
 
@@ -155,16 +156,16 @@ class LogLines(RunObserver):
         steps = f"{done}/{total}" if total else f"{done}"
         self._line(f"... {backend_id} trial {trial + 1}: {phase} {steps} steps, {now - self.trial_start:.0f} s")
 
-    def finished(self, record: dict) -> None:
-        trial = record["trials"][-1]
-        rate = f", {trial['images_per_sec']:.2f} img/s this trial" if trial["images_per_sec"] else ""
-        tp = record["throughput"]
-        pooled = (f", {tp['images_per_sec']:.2f} img/s over {len(record['trials'])} trial(s) "
-                  f"(95% CI {tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f})") if tp and len(record["trials"]) > 1 else ""
-        reason = f": {record['reason']}" if record["reason"] else ""
-        self._line(f"end {record['plugin']['name']}:{record['backend']['name']} trial {len(record['trials'])}: "
-                   f"{record['status']}{reason}{rate}{pooled}, {time.monotonic() - self.trial_start:.0f} s")
-        for warning in record["warnings"]:
+    def finished(self, record: Record) -> None:
+        trial = record.trials[-1]
+        rate = f", {trial.images_per_sec:.2f} img/s this trial" if trial.images_per_sec else ""
+        tp = record.throughput
+        pooled = (f", {tp.images_per_sec:.2f} img/s over {len(record.trials)} trial(s) "
+                  f"(95% CI {tp.ci95[0]:.2f}–{tp.ci95[1]:.2f})") if tp and len(record.trials) > 1 else ""
+        reason = f": {record.reason}" if record.reason else ""
+        self._line(f"end {backend_label(record)} trial {len(record.trials)}: "
+                   f"{record.status}{reason}{rate}{pooled}, {time.monotonic() - self.trial_start:.0f} s")
+        for warning in record.warnings:
             if warning not in self.warned:  # a record's warnings stay with it trial after trial
                 self.warned.add(warning)
                 self._line(f"  warning: {warning}")
@@ -186,28 +187,28 @@ class ResultsTable:
     #: never cut, whatever the terminal's width (the rest fold under their row)
     KEY_COLUMNS = ("backend", "status", "precision", "images/sec", "95% CI")
 
-    def __init__(self, records: list[dict[str, Any]], wide: bool = False):
+    def __init__(self, records: list[Record], wide: bool = False):
         self.records, self.wide = records, wide
 
     def print(self, out: Console | None = None) -> None:
         out = out or console()
         self.table().print(out)
-        no_peak = [f"{backend_label(r)} ({r['precision']})" for r in self.records if (r.get("flops") or {}).get("peak_reason")]
+        no_peak = [f"{backend_label(r)} ({r.precision})" for r in self.records if r.flops and r.flops.peak_reason]
         if no_peak:
             out.print(plain(("note", "cyan"), f" no peak to compare with for {', '.join(no_peak)}: "
                                               f"`accelbench peak` measures this machine's ('of peak' then shows it)"))
-        no_energy = {e["reason"] for r in self.records if (e := r.get("energy")) and e.get("reason")}
+        no_energy = {r.energy.reason for r in self.records if r.energy and r.energy.reason}
         for reason in sorted(no_energy):
             out.print(plain(("note", "cyan"), f" no energy figure (J/image): {reason}"))
         for r in self.records:
-            if r["reason"]:
-                out.print(plain((r["status"], STATUS_STYLE[r["status"]]), f" {backend_label(r)}: {r['reason']}"))
-            for warning in r["warnings"]:
+            if r.reason:
+                out.print(plain((r.status, STATUS_STYLE[r.status]), f" {backend_label(r)}: {r.reason}"))
+            for warning in r.warnings:
                 out.print(plain(("warning", "yellow"), f" {backend_label(r)}: {warning}"))
 
     def title(self) -> str:
         """The table's title, with the schedule that paired its runs (lockstep, P pairs)."""
-        schedules = {(s["kind"], s["rounds"]) for r in self.records if (s := r.get("schedule"))}
+        schedules = {(r.schedule.kind, r.schedule.rounds) for r in self.records if r.schedule}
         if len(schedules) != 1:
             return "accelbench results"
         kind, rounds = schedules.pop()
@@ -221,45 +222,45 @@ class ResultsTable:
         return table
 
     @staticmethod
-    def _row(r: dict[str, Any]) -> list[str | Text]:
-        tp, st, fl = r["throughput"], r["step_time"], r["flops"]
-        added = r["environment"].get("worker", {}).get("added")
+    def _row(r: Record) -> list[str | Text]:
+        tp, st, fl = r.throughput, r.step_time, r.flops
+        added = r.environment.worker.added if r.environment.worker else None
         return [
             plain(backend_label(r) + (f"\n[{', '.join(added)}]" if added else "")), _status(r),
-            plain(f"{r['device']['kind']}x{r['device']['count']} {r['device']['name']}".strip()
-                  + (f" ×{r['distributed']['workers']} workers" if r.get("distributed") else "")),
-            plain(r["precision"]), plain(model_label(r)),
-            f"{r['batch']['global']}/{r['batch']['per_device']}",
-            f"{tp['images_per_sec']:.2f}" if tp else "-",
-            f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
-            f"{st['median_s'] * 1e3:.1f} ms" if st else "-",
-            f"{st['cv']:.1%}" if st else "-",
-            f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl["achieved_per_s"] else "-",
-            f"{fl['utilisation']:.0%}" if fl and fl.get("utilisation") is not None else "-",
+            plain(f"{r.device.kind}x{r.device.count} {r.device.name}".strip()
+                  + (f" ×{r.distributed.workers} workers" if r.distributed else "")),
+            plain(r.precision), plain(model_label(r)),
+            f"{r.batch.global_}/{r.batch.per_device}",
+            f"{tp.images_per_sec:.2f}" if tp else "-",
+            f"{tp.ci95[0]:.2f}–{tp.ci95[1]:.2f}" if tp else "-",
+            f"{st.median_s * 1e3:.1f} ms" if st else "-",
+            f"{st.cv:.1%}" if st else "-",
+            f"{fl.achieved_per_s / 1e9:.1f}" if fl and fl.achieved_per_s else "-",
+            f"{fl.utilisation:.0%}" if fl and fl.utilisation is not None else "-",
             *footprint_cells(r),
         ]
 
 
-def footprint_cells(record: dict[str, Any]) -> list[str]:
+def footprint_cells(record: Record) -> list[str]:
     """Start-up (the median trial's, to its first step's end), peak memory (host; the device's
     after it where the framework said) and joules per image; ``-`` where the record has none."""
-    startup = (record.get("startup") or {}).get("worker_to_first_step_s")
-    memory = record.get("memory") or {}
-    host, device = memory.get("host_peak_bytes"), memory.get("device_peak_bytes")
+    startup = record.startup.worker_to_first_step_s if record.startup else None
+    memory = record.memory
+    host, device = (memory.host_peak_bytes, memory.device_peak_bytes) if memory else (None, None)
     shown = [f"{host / 2**30:.2f} GiB" if host is not None else "-"]
     if device is not None:
         shown.append(f"{device / 2**30:.2f} GiB device")
-    joules = (record.get("energy") or {}).get("joules_per_image")
+    joules = record.energy.joules_per_image if record.energy else None
     return [f"{startup:.1f} s" if startup is not None else "-", " + ".join(shown),
             f"{joules:.3g}" if joules is not None else "-"]
 
 
-def backend_label(record: dict[str, Any]) -> str:
-    return f"{record['plugin']['name']}:{record['backend']['name']}"
+def backend_label(record: Record) -> str:
+    return f"{record.plugin.name}:{record.backend.name}"
 
 
-def model_label(record: dict[str, Any]) -> str:
-    return " ".join(filter(None, (record["model"]["name"], record["model"]["variant"])))
+def model_label(record: Record) -> str:
+    return " ".join(filter(None, (record.model.name, record.model.variant)))
 
 
 class TrainingTable(ResultsTable):
@@ -277,22 +278,22 @@ class TrainingTable(ResultsTable):
         return table
 
     @staticmethod
-    def _training_row(r: dict[str, Any]) -> list[str | Text]:
-        t = r.get("training")
-        head: list[str | Text] = [plain(backend_label(r)), _status(r), plain(r["precision"]), plain(model_label(r)),
-                                  str(r["batch"]["global"])]
+    def _training_row(r: Record) -> list[str | Text]:
+        t = r.training
+        head: list[str | Text] = [plain(backend_label(r)), _status(r), plain(r.precision), plain(model_label(r)),
+                                  str(r.batch.global_)]
         if not t:
             return [*head, *["-"] * 6]
-        reached = t["target_reached"]
-        cost = t["cost_to_target"]
+        reached = t.target_reached
+        cost = t.cost_to_target
         return [
             *head,
-            f"{t['target_top1']:.1%}",
-            f"{t['best_eval_accuracy']:.2%} ({t['best_epoch']})" if t["best_eval_accuracy"] is not None else "-",
-            str(t["epochs_to_target"]) if reached else f"not reached in {t['epochs_run']}",
-            f"{t['time_to_target_s']:.1f} s" if reached else "-",
-            f"{t['train_images_per_sec']:.1f}" if t["train_images_per_sec"] else "-",
-            f"{cost['cost']:.4g} {cost['currency']}" if cost else "-",
+            f"{t.target_top1:.1%}",
+            f"{t.best_eval_accuracy:.2%} ({t.best_epoch})" if t.best_eval_accuracy is not None else "-",
+            str(t.epochs_to_target) if reached else f"not reached in {t.epochs_run}",
+            f"{t.time_to_target_s:.1f} s" if reached and t.time_to_target_s is not None else "-",
+            f"{t.train_images_per_sec:.1f}" if t.train_images_per_sec else "-",
+            f"{cost.cost:.4g} {cost.currency}" if cost else "-",
         ]
 
 

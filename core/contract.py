@@ -31,7 +31,7 @@ class ContractViolation(AssertionError):
     pass
 
 
-def check_all(backend: str, **config: Any) -> dict:
+def check_all(backend: str, **config: Any) -> records.Record:
     describes_without_framework(backend)
     refuses_bad_config(backend)
     step_syncs(backend, **config)
@@ -70,17 +70,19 @@ def refuses_bad_config(backend: str) -> list[str]:
     for kind in [d for d in info.devices if d != "cpu"][:1]:  # the backend's own check must say no
         config = RunConfig(device=kind, device_count=4096, global_batch=4096, timed_steps=1, warmup_steps=0)
         [record] = runner.execute(runner.plan([ref], config), records.check_all)
-        if record["status"] != "unavailable" or not record["reason"]:
-            raise ContractViolation(f"{backend}: an impossible config gave {record['status']!r}: {record['reason']}")
-        reasons.append(record["reason"])
+        if record.status != "unavailable" or not record.reason:
+            raise ContractViolation(f"{backend}: an impossible config gave {record.status!r}: {record.reason}")
+        reasons.append(record.reason)
     return reasons
 
 
-def step_syncs(backend: str, timed_steps: int = 12, **config: Any) -> dict:
+def step_syncs(backend: str, timed_steps: int = 12, **config: Any) -> records.Record:
     """Step times look synchronous: no near-zero steps with the work landing on a few others."""
     record = _run(backend, timed_steps=timed_steps, **config)
-    times = sorted(record["trials"][0]["step_times_s"])
-    median, mean = record["step_time"]["median_s"], record["step_time"]["mean_s"]
+    times = sorted(record.trials[0].step_times_s)
+    if record.step_time is None:
+        raise ContractViolation(f"{backend}: an ok run gave no step-time summary")
+    median, mean = record.step_time.median_s, record.step_time.mean_s
     if mean > ASYNC_MEAN_OVER_MEDIAN * median or times[0] < ASYNC_MIN_OVER_MEDIAN * median:
         raise ContractViolation(f"{backend}: step times look asynchronous (min {times[0]:.2e} s, median "
                                 f"{median:.2e} s, mean {mean:.2e} s): step() must return after the device finished")
@@ -110,17 +112,17 @@ def work_stays_in_its_step(backend: str, calls: int = 5, **config: Any) -> tuple
     return back_to_back, paused
 
 
-def record_validates(backend: str, **config: Any) -> dict:
+def record_validates(backend: str, **config: Any) -> records.Record:
     """A normal run gives an ``ok`` record that passes the result schema."""
     return _run(backend, **config)
 
 
-def _run(backend: str, **config: Any) -> dict:
+def _run(backend: str, **config: Any) -> records.Record:
     defaults = {"warmup_steps": 2, "timed_steps": 5}
     [record] = runner.execute(runner.plan([_ref(backend)], RunConfig.from_dict({**defaults, **config})),
                               records.check_all)
-    if record["status"] != "ok":
-        raise ContractViolation(f"{backend}: run ended {record['status']}: {record['reason']}")
+    if not record.ok:
+        raise ContractViolation(f"{backend}: run ended {record.status}: {record.reason}")
     return record
 
 

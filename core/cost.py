@@ -24,10 +24,14 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import footprint, inputs, validation
+from .blocks import Cost, CostToTarget, EnergyCost, PriceRef, Training
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .records import Record
 
 IMAGENET_EPOCH_IMAGES = 1_281_167
 DEFAULT_EPOCHS = 90
@@ -45,11 +49,14 @@ class Price:
     device_name_pattern: str = ""
     accelerators_per_instance: int | None = None
 
-    def matches(self, record: dict[str, Any]) -> bool:
-        device = record["device"]
-        return (self.device_kind == device["kind"]
-                and self.accelerators_per_instance == device["count"]
-                and bool(re.search(self.device_name_pattern, device["name"], re.IGNORECASE)))
+    def matches(self, record: Record) -> bool:
+        device = record.device
+        return (self.device_kind == device.kind
+                and self.accelerators_per_instance == device.count
+                and bool(re.search(self.device_name_pattern, device.name, re.IGNORECASE)))
+
+    def ref(self) -> PriceRef:
+        return PriceRef(self.name, self.price_per_hour, self.currency, self.pricing, self.source)
 
 
 def images_per_dollar(images_per_sec: float, price_per_hour: float) -> float:
@@ -90,31 +97,24 @@ def _checked(document: Any, what: str) -> list[dict[str, Any]]:
     return document["entries"]
 
 
-def choose_price(record: dict[str, Any], catalogue: list[Price], explicit: Price | None) -> Price | None:
+def choose_price(record: Record, catalogue: list[Price], explicit: Price | None) -> Price | None:
     """The price given for this run (``--price``/``--price-per-hour``), else the catalogue's match."""
     if explicit is not None:
         return explicit
     return next((p for p in catalogue if p.matches(record)), None)
 
 
-def cost_block(record: dict[str, Any], price: Price | None, epochs: int = DEFAULT_EPOCHS) -> dict[str, Any]:
+def cost_block(record: Record, price: Price | None, epochs: int = DEFAULT_EPOCHS) -> Cost:
     """The record's ``cost`` block (result schema >= 1.1)."""
-    if record["throughput"] is None:
-        return {"price": None, "reason": f"no throughput (run {record['status']})"}
+    if record.throughput is None:
+        return Cost(None, f"no throughput (run {record.status})")
     if price is None:
-        d = record["device"]
-        return {"price": None, "reason": f"no price for {d['kind']} x{d['count']} {d['name']}".strip()}
-    ips = record["throughput"]["images_per_sec"]
-    return {
-        "price": {"name": price.name, "price_per_hour": price.price_per_hour, "currency": price.currency,
-                  "pricing": price.pricing, "source": price.source},
-        "reason": "",
-        "images_per_dollar": images_per_dollar(ips, price.price_per_hour),
-        "cost_per_epoch": cost_of_epochs(1, ips, price.price_per_hour),
-        "epochs": epochs,
-        "cost_of_epochs": cost_of_epochs(epochs, ips, price.price_per_hour),
-        "epoch_images": IMAGENET_EPOCH_IMAGES,
-    }
+        d = record.device
+        return Cost(None, f"no price for {d.kind} x{d.count} {d.name}".strip())
+    ips = record.throughput.images_per_sec
+    return Cost(price.ref(), "", images_per_dollar=images_per_dollar(ips, price.price_per_hour),
+                cost_per_epoch=cost_of_epochs(1, ips, price.price_per_hour), epochs=epochs,
+                cost_of_epochs=cost_of_epochs(epochs, ips, price.price_per_hour), epoch_images=IMAGENET_EPOCH_IMAGES)
 
 
 def explicit_price(name: str | None, per_hour: float | None, catalogue: list[Price],
@@ -140,36 +140,34 @@ def implied_images_per_sec(epochs: float, total_cost: float, price_per_hour: flo
     return epochs * IMAGENET_EPOCH_IMAGES / (hours * SECONDS_PER_HOUR)
 
 
-def cost_to_target_block(training: dict[str, Any], price: Price | None) -> dict[str, Any] | None:
+def cost_to_target_block(training: Training, price: Price | None) -> CostToTarget | None:
     """Train mode: measured wall time to the target top-1 x price per hour (None: no price or not reached)."""
-    if price is None or training["time_to_target_s"] is None:
+    if price is None or training.time_to_target_s is None:
         return None
-    hours = training["time_to_target_s"] / SECONDS_PER_HOUR
-    return {"price_per_hour": price.price_per_hour, "currency": price.currency, "hours": hours,
-            "cost": hours * price.price_per_hour}
+    hours = training.time_to_target_s / SECONDS_PER_HOUR
+    return CostToTarget(price.price_per_hour, price.currency, hours, hours * price.price_per_hour)
 
 
-def energy_cost_block(record: dict[str, Any], per_kwh: float, currency: str = "USD") -> dict[str, Any]:
+def energy_cost_block(record: Record, per_kwh: float, currency: str = "USD") -> EnergyCost:
     """``cost.energy``: the measured energy priced per kWh, or no figure and the record's reason."""
-    spent = record.get("energy") or {}
-    per_image_j = spent.get("joules_per_image")
-    block = {"price_per_kwh": per_kwh, "currency": currency}
-    if per_image_j is None:
-        reason = spent.get("reason") or "the record has no energy figure (written before result schema 1.11)"
-        return {**block, "per_image": None, "per_epoch": None, "reason": reason}
-    per_image = per_image_j / footprint.JOULES_PER_KWH * per_kwh
-    return {**block, "per_image": per_image, "per_epoch": per_image * IMAGENET_EPOCH_IMAGES}
+    spent = record.energy
+    if spent is None or spent.joules_per_image is None:
+        reason = spent.reason if spent else None
+        return EnergyCost(per_kwh, currency, None, None,
+                          reason or "the record has no energy figure (written before result schema 1.11)")
+    per_image = spent.joules_per_image / footprint.JOULES_PER_KWH * per_kwh
+    return EnergyCost(per_kwh, currency, per_image, per_image * IMAGENET_EPOCH_IMAGES)
 
 
-def price_record(record: dict[str, Any], price: Price | None, epochs: int = DEFAULT_EPOCHS,
+def price_record(record: Record, price: Price | None, epochs: int = DEFAULT_EPOCHS,
                  per_kwh: float | None = None) -> None:
     """Set the record's ``cost`` block (with its energy priced, given ``per_kwh``) and, for a
     train-mode record, its cost to target."""
-    record["cost"] = cost_block(record, price, epochs)
+    record.cost = cost_block(record, price, epochs)
     if per_kwh is not None:
-        record["cost"]["energy"] = energy_cost_block(record, per_kwh)
-    if record.get("training"):
-        record["training"]["cost_to_target"] = cost_to_target_block(record["training"], price)
+        record.cost.energy = energy_cost_block(record, per_kwh)
+    if record.training:
+        record.training.cost_to_target = cost_to_target_block(record.training, price)
 
 
 @dataclass(frozen=True)
@@ -189,5 +187,5 @@ class Pricing:
             raise UsageError(f"--price-per-kwh must be positive, got {price_per_kwh:g}")
         return cls(catalogue, explicit_price(price, price_per_hour, catalogue), epochs, price_per_kwh)
 
-    def price(self, record: dict[str, Any]) -> None:
+    def price(self, record: Record) -> None:
         price_record(record, choose_price(record, self.catalogue, self.explicit), self.epochs, self.per_kwh)

@@ -11,9 +11,10 @@ import tempfile
 from typing import Callable
 
 from . import environment, envs, launch, multiworker, netns
+from .blocks import Distributed
 from .config import RunConfig
 from .launch import Engine
-from .records import RunContext, TrialOutcome, build
+from .records import Record, RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .workers import WorkerFailure
 
@@ -48,15 +49,14 @@ MULTI_HOST_NETWORK = "the host's network (a multi-host job: its engine's ports a
 
 
 def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome], first_rank: int,
-                       baseline: float | None, network: str) -> dict:
+                       baseline: float | None, network: str) -> Distributed:
     """The record's ``distributed`` block; ``records.build`` adds the scaling efficiency."""
     per_worker_batch = cfg.resolved_per_device_batch * cfg.resolved_device_count
-    return {"engine": engine, "workers": cfg.workers, "per_worker_batch": per_worker_batch,
-            "per_worker": multiworker.per_worker(outcomes, per_worker_batch, first_rank),
-            "baseline_images_per_sec": baseline, "scaling_efficiency": None, "network": network}
+    return Distributed(engine, cfg.workers, per_worker_batch,
+                       multiworker.per_worker(outcomes, per_worker_batch, first_rank), baseline, None, network)
 
 
-def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> dict:
+def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> Record:
     """One rank of a multi-host job (``accelbench worker``): its record, merged later with the
     other ranks' by ``accelbench merge``. Its throughput is the job's as this rank timed it."""
     [setup] = envs.setups_for(ref)

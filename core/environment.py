@@ -16,14 +16,17 @@ from functools import cache
 from importlib import metadata
 from typing import Iterable, Mapping
 
+from .blocks import Environment
+from .jsonform import from_json
+
 #: the host's own packages; the frameworks' come from the modules the running backends require
 CORE_PACKAGES = ("accelbench", "numpy", "pluggy", "jsonschema", "pytest-benchmark")
 
 
-def collect(modules: Iterable[str] = ()) -> dict:
+def collect(modules: Iterable[str] = ()) -> Environment:
     """The ``environment`` block of a record; ``modules``: what the backends that run require
     (``BackendInfo.requires``), whose distributions are listed with their versions."""
-    return {
+    return from_json(Environment, {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(MATH_FLAG_PREFIXES)),
@@ -35,7 +38,7 @@ def collect(modules: Iterable[str] = ()) -> dict:
         "packages": package_versions(modules),
         "accelerators": gpus() + tpus(),
         "lock": lock(),
-    }
+    })
 
 
 @cache

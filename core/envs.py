@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .blocks import WorkerEnvironment
 from .errors import UsageError
 
 #: what accelbench's worker and the plugin modules import, installed beside accelbench (no-deps)
@@ -370,19 +371,17 @@ def host_satisfies(requirements: tuple[str, ...]) -> bool:
     return True
 
 
-def interpreter(setup: WorkerSetup, allow_create: bool, say=print) -> tuple[str | None, dict]:
+def interpreter(setup: WorkerSetup, allow_create: bool, say=print) -> tuple[str | None, WorkerEnvironment]:
     """The Python to start workers with (None: the host's) and the record's description of it;
     EnvironmentError_ when its environment cannot be made."""
     if setup.python:  # one the user made
         if not Path(setup.python).exists():
             raise EnvironmentError_(f"--python {setup.python}: no such interpreter")
-        return setup.python, {"kind": "user", "python": setup.python}
+        return setup.python, WorkerEnvironment("user", setup.python)
     spec = setup.spec
     if spec is None:
-        return None, {"kind": "host", "python": sys.executable}
+        return None, WorkerEnvironment("host", sys.executable)
     env = ensure(for_spec(spec), allow_create, say)
-    described = {"kind": "environment", "python": str(env.python), "key": spec.key(),
-                 "requirements": list(spec.requirements)}
-    if spec.plugin_version:
-        described["plugin"] = spec.plugin_version
-    return str(env.python), described
+    return str(env.python), WorkerEnvironment("environment", str(env.python), key=spec.key(),
+                                              requirements=list(spec.requirements),
+                                              plugin=spec.plugin_version or None)

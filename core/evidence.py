@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from . import compare as comparing
 from . import validation
 from .console import backend_label
 from .errors import UsageError
-from .records import read_json
+from .records import Record, ResultsDocument, read_json
 
 #: CPU flags that decide how fast a framework runs bf16 and fp32 on a CPU (the brief's machine kinds)
 TELLING_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
@@ -35,16 +34,15 @@ class EvidenceFile:
     path: Path
     command: list[str]
     created_utc: str
-    records: list[dict[str, Any]]
+    records: list[Record]
 
     @property
     def machine(self) -> str:
         """One line: the CPU (model, cores, the flags that matter) and any accelerator."""
-        env = self.records[0]["environment"]
-        flags = [f for f in TELLING_FLAGS if f in env["cpu_flags"]]
-        cpu = f"{env['cpu_model']}, {env['cpu_cores']} cores, {' '.join(flags[:2]) or 'no AVX2'}"
-        devices = sorted({f"{r['device']['count']}× {r['device']['name']}" for r in self.records
-                          if r["device"]["kind"] != "cpu"})
+        env = self.records[0].environment
+        flags = [f for f in TELLING_FLAGS if f in (env.cpu_flags or ())]
+        cpu = f"{env.cpu_model}, {env.cpu_cores} cores, {' '.join(flags[:2]) or 'no AVX2'}"
+        devices = sorted({f"{r.device.count}× {r.device.name}" for r in self.records if r.device.kind != "cpu"})
         return "; ".join([cpu, *devices])
 
 
@@ -67,15 +65,15 @@ def load_file(path: Path) -> EvidenceFile:
     problems = validation.errors("results", document)
     if problems:
         raise EvidenceError(f"{path}: not a valid results file: {problems[0]}")
-    if not document.get("command"):
+    results = ResultsDocument.from_json(document)
+    if not results.command:
         raise EvidenceError(f"{path}: no command: evidence says how it was made (write it with accelbench run -o)")
-    if not document["records"]:
+    if not results.records:
         raise EvidenceError(f"{path}: no records")
-    for index, record in enumerate(document["records"]):
-        env = record["environment"]
-        if not env.get("cpu_model") or not env.get("cpu_flags"):
+    for index, record in enumerate(results.records):
+        if not record.environment.cpu_model or not record.environment.cpu_flags:
             raise EvidenceError(f"{path}: record {index} lacks its machine (environment.cpu_model and cpu_flags)")
-    return EvidenceFile(path, document["command"], document["created_utc"], document["records"])
+    return EvidenceFile(path, results.command, results.created_utc, results.records)
 
 
 def markdown(files: list[EvidenceFile], root: str | Path | None = None) -> str:
@@ -104,26 +102,26 @@ def _file_section(evidence: EvidenceFile, root: str | Path | None) -> list[str]:
     return lines
 
 
-def _runs_table(records: list[dict[str, Any]]) -> list[str]:
+def _runs_table(records: list[Record]) -> list[str]:
     rows = ["| backend | status | precision | batch | images/sec | interval | schedule |",
             "|---|---|---|--:|--:|--:|---|"]
     for r in records:
-        tp = r["throughput"]
-        interval = f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f} ({tp['ci_method']})" if tp else "-"
-        rows.append(f"| {_cell(backend_label(r))} | {r['status']} | {r['precision']} | {r['batch']['global']} | "
-                    f"{tp['images_per_sec']:.2f} | {interval} | {_schedule(r)} |" if tp else
-                    f"| {_cell(backend_label(r))} | {r['status']}: {_cell(r['reason'] or '')} | {r['precision']} | "
-                    f"{r['batch']['global']} | - | - | {_schedule(r)} |")
+        tp = r.throughput
+        rows.append(f"| {_cell(backend_label(r))} | {r.status} | {r.precision} | {r.batch.global_} | "
+                    f"{tp.images_per_sec:.2f} | {tp.ci95[0]:.2f}–{tp.ci95[1]:.2f} ({tp.ci_method}) | "
+                    f"{_schedule(r)} |" if tp else
+                    f"| {_cell(backend_label(r))} | {r.status}: {_cell(r.reason or '')} | {r.precision} | "
+                    f"{r.batch.global_} | - | - | {_schedule(r)} |")
     return rows + [""]
 
 
-def _schedule(record: dict[str, Any]) -> str:
-    s = record.get("schedule")
+def _schedule(record: Record) -> str:
+    s = record.schedule
     if not s:
-        return f"{len(record['trials'])} trials"
-    unit = "pairs" if s["kind"] == "lockstep" else "rounds"
-    stop = f"; {s['stop_reason']}" if s.get("stop_reason") else ""
-    return _cell(f"{s['kind']}, {s['rounds']} {unit}{stop}")
+        return f"{len(record.trials)} trials"
+    unit = "pairs" if s.kind == "lockstep" else "rounds"
+    stop = f"; {s.stop_reason}" if s.stop_reason else ""
+    return _cell(f"{s.kind}, {s.rounds} {unit}{stop}")
 
 
 def _comparison_table(results: list[comparing.Comparison]) -> list[str]:

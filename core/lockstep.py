@@ -38,15 +38,16 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass
 from statistics import median
 from typing import Callable
 
 from . import busy, envs, footprint, records, stats
 from .backend import Prepared
+from .blocks import Block, LockstepSettings
+from .blocks import Schedule as ScheduleBlock
 from .energy import EnergyUse
 from .errors import UsageError
-from .records import RunContext, TrialOutcome
+from .records import Record, RunContext, TrialOutcome
 from .runner import RunObserver, ScheduledRun
 from .timing import ProcessUsage, Timing
 from .workers import Worker, WorkerFailure
@@ -58,21 +59,6 @@ SETTLE_S = 0.05
 MAX_REDOS_PER_PAIR = 20
 #: how often a run that waits for a quiet machine looks again, and says so on the terminal
 QUIET_POLL_S = 5.0
-
-
-@dataclass
-class Block:
-    """One block of one side: when it ran, what it timed, and what the machine did meanwhile."""
-
-    round: int
-    steps: int
-    seconds: float | None
-    #: seconds since the run started
-    started_s: float
-    foreign_share: float | None = None
-    steal_share: float | None = None
-    #: False: the block was busy and run again (``--when-busy wait``); its steps are not in the timing
-    counted: bool = True
 
 
 class Unavailable(Exception):
@@ -380,17 +366,16 @@ class LockstepRun(ScheduledRun):
         self.contexts[index].outcomes.append(outcome)
         self.finished[index] = self.finished[index] or outcome.status != "ok"
 
-    def schedule_block(self, index: int) -> dict:
+    def schedule_block(self, index: int) -> ScheduleBlock:
         block = super().schedule_block(index)
-        block["lockstep"] = {"blocks_per_pair": self.blocks, "block_s": self.schedule.block_s,
-                             "when_busy": self.schedule.when_busy, "busy_share": busy.BUSY_SHARE}
-        if self.allocation is not None:
-            block["lockstep"]["allocation"] = self.allocation.describe()
+        block.lockstep = LockstepSettings(
+            self.blocks, self.schedule.block_s, self.schedule.when_busy, busy.BUSY_SHARE,
+            self.allocation.describe() if self.allocation is not None else None)
         return block
 
 
-def execute(plans, on_records: Callable[[list[dict]], None], observer: RunObserver | None = None,
-            schedule=None, create_envs: bool = True) -> list[dict]:
+def execute(plans, on_records: Callable[[list[Record]], None], observer: RunObserver | None = None,
+            schedule=None, create_envs: bool = True) -> list[Record]:
     """Run the plans in lockstep pairs (``schedule.kind == "lockstep"``); return one record per plan.
 
     After every pair, ``on_records`` gets the records so far: a finished pair is never lost, even

@@ -14,6 +14,7 @@ import time
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
+from .blocks import WorkerRow
 from .config import RunConfig
 from .footprint import Startup
 from .launch import LaunchPlan
@@ -148,13 +149,12 @@ def _summed_peaks(usage: ProcessUsage | None, ranks: list[ProcessUsage | None]) 
     return dataclasses.replace(usage, peak_resident_bytes=sum(peaks))
 
 
-def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[dict[str, Any]]:
+def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[WorkerRow]:
     """Each rank run here: its figures, its host and its index among this host's ranks."""
     rows = []
     for local_rank, outcome in enumerate(outcomes):
         rank = first_rank + local_rank
         row = TrialRow.of(rank, outcome, per_worker_batch)
-        rows.append({"rank": rank, "host": socket.gethostname(), "local_rank": local_rank, "status": row.status,
-                     "images": row.images, "wall_time_s": row.wall_time_s, "images_per_sec": row.images_per_sec,
-                     "step_times_s": row.step_times_s, "final": outcome.final or {}})
+        rows.append(WorkerRow(rank, row.status, row.images, row.wall_time_s, row.images_per_sec, row.step_times_s,
+                              outcome.final or {}, host=socket.gethostname(), local_rank=local_rank))
     return rows

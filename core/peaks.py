@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .blocks import Environment
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,12 @@ class Measured:
                 f"{self.device_name}, best of {self.repeats} timed runs")
 
 
-def machine_id(environment: dict[str, Any], device_kind: str, device_name: str) -> str:
+def machine_id(environment: Environment, device_kind: str, device_name: str) -> str:
     """What a measured peak belongs to: the CPU (model, cores, vector/matrix flags) or the device."""
     if device_kind != "cpu":
         return device_name
-    flags = hashlib.sha256(" ".join(sorted(environment["cpu_flags"])).encode()).hexdigest()[:12]
-    return f"{environment['cpu_model']} / {environment['cpu_cores']} cores / flags {flags}"
+    flags = hashlib.sha256(" ".join(sorted(environment.cpu_flags or ())).encode()).hexdigest()[:12]
+    return f"{environment.cpu_model} / {environment.cpu_cores} cores / flags {flags}"
 
 
 def measurement_key(machine: str, device_kind: str, framework: str, version: str, precision: str) -> str:
@@ -111,7 +114,7 @@ def save_measured(new: list[Measured]) -> Path:
     return path
 
 
-def measured(environment: dict[str, Any], device_kind: str, device_name: str, framework: str, version: str,
+def measured(environment: Environment, device_kind: str, device_name: str, framework: str, version: str,
              precision: str, devices: int = 1) -> Peak | None:
     """This machine's measured peak for the framework, version and precision, or None. A CPU's
     peak is the whole machine's (all its cores); an accelerator's is per device."""

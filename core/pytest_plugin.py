@@ -4,14 +4,17 @@ for plugin authors' contract tests, and the JSON hook that puts accelbench recor
 
     def test_tf_step(accelbench_benchmark):
         record = accelbench_benchmark("tf_benchmarks:resnet50", global_batch=8, image_size=64)
-        assert record["status"] == "ok"
+        assert record.status == "ok"
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
+
+if TYPE_CHECKING:
+    from .records import Record
 
 EXTRA_INFO_KEY = "accelbench_record"
 
@@ -82,7 +85,7 @@ def accelbench_session() -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture
-def accelbench_benchmark(benchmark, accelbench_session) -> Callable[..., dict | None]:
+def accelbench_benchmark(benchmark, accelbench_session) -> Callable[..., Record | None]:
     """Time real training steps with pytest-benchmark and return the schema-valid record.
 
     Each round is one ``step()`` in the worker, ending with the device sync, so
@@ -92,7 +95,7 @@ def accelbench_benchmark(benchmark, accelbench_session) -> Callable[..., dict | 
     ``benchmark.extra_info``. Returns None when benchmarking is disabled.
     """
 
-    def run(backend: str, rounds: int = 10, warmup_rounds: int = 2, **config: Any) -> dict | None:
+    def run(backend: str, rounds: int = 10, warmup_rounds: int = 2, **config: Any) -> Record | None:
         from . import records
 
         session = accelbench_session(backend, **config)
@@ -103,12 +106,12 @@ def accelbench_benchmark(benchmark, accelbench_session) -> Callable[..., dict | 
         record = session.record(len(benchmark.stats.stats.data), warmup_rounds,
                                 timed_by="pytest-benchmark pedantic rounds; record times from the worker's timing loop")
         records.check(record)
-        benchmark.extra_info.update({
-            "images_per_sec": record["throughput"]["images_per_sec"],
-            "global_batch": record["batch"]["global"], "per_device_batch": record["batch"]["per_device"],
-            "precision": record["precision"], "framework": record["framework"]["name"],
-            "device": f"{record['device']['kind']}x{record['device']['count']} {record['device']['name']}",
-            EXTRA_INFO_KEY: record,
+        benchmark.extra_info.update({  # pytest-benchmark keeps extra_info as JSON: the record's JSON form
+            "images_per_sec": record.images_per_sec(),
+            "global_batch": record.batch.global_, "per_device_batch": record.batch.per_device,
+            "precision": record.precision, "framework": record.framework.name,
+            "device": f"{record.device.kind}x{record.device.count} {record.device.name}",
+            EXTRA_INFO_KEY: record.to_json(),
         })
         return record
 
@@ -132,5 +135,5 @@ def pytest_benchmark_update_json(config, benchmarks, output_json: dict) -> None:
     if not found:
         return
     for record in found:
-        records.check(record)
+        records.check(records.Record.from_json(record))
     output_json["accelbench"] = {"schema_version": validation.RESULT_SCHEMA_VERSION, "records": found}

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import footprint, peaks, stats, validation
 from .backend import DeviceMemory, Prepared
+from .blocks import Block, Cost, Distributed, Environment, Schedule, Training, WorkerEnvironment
 from .config import RunConfig
 from .errors import UsageError
+from .jsonform import from_json, omitted_while_none, to_json
 from .registry import BackendRef
 from .timing import ProcessUsage, Timing
 
@@ -47,8 +49,8 @@ class TrialOutcome:
     round: int | None = None
     started_utc: str | None = None
     ended_utc: str | None = None
-    #: a lockstep trial's blocks (``accelbench.lockstep.Block``), counted or not
-    blocks: list[Any] | None = None
+    #: a lockstep trial's blocks, counted or not
+    blocks: list[Block] | None = None
     #: the framework's device memory peak (``Backend.device_memory``), read after the timed steps
     device_memory: DeviceMemory | None = None
     #: when the worker's first step and warm-up ran, from the host starting it
@@ -62,37 +64,18 @@ class TrialOutcome:
 class RunContext:
     ref: BackendRef
     config: RunConfig  # resolved
-    environment: dict[str, Any]
+    environment: Environment
     outcomes: list[TrialOutcome] = field(default_factory=list)
     #: the ``distributed`` block of a multi-worker run
-    distributed: dict[str, Any] | None = None
+    distributed: Distributed | None = None
     #: the ``schedule`` block: the run this record's trials were interleaved in, and why it stopped
-    schedule: dict[str, Any] | None = None
+    schedule: Schedule | None = None
     #: ``environment.worker``: the Python the workers ran when it was not the host's
-    worker: dict[str, Any] | None = None
+    worker: WorkerEnvironment | None = None
 
 
 def utc_now(timespec: str = "seconds") -> str:
     return datetime.now(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
-
-
-def omitted_while_none() -> Any:
-    """A field the JSON form leaves out while it is None (optional in the schema, not nullable)."""
-    return field(default=None, metadata={"omit_if_none": True})
-
-
-def to_json(value: Any) -> Any:
-    """The JSON form of a record or any part of it: a dataclass becomes an object (keyed by a
-    field's ``json_name`` where its own name cannot be one, e.g. ``global``), a tuple a list."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.metadata.get("json_name", f.name): to_json(getattr(value, f.name))
-                for f in dataclasses.fields(value)
-                if not (f.metadata.get("omit_if_none") and getattr(value, f.name) is None)}
-    if isinstance(value, (list, tuple)):
-        return [to_json(item) for item in value]
-    if isinstance(value, dict):
-        return {key: to_json(item) for key, item in value.items()}
-    return value
 
 
 @dataclass
@@ -156,7 +139,7 @@ class TrialRow:
     ended_utc: str | None = omitted_while_none()
     process: ProcessUsage | None = omitted_while_none()
     #: lockstep: every block of this trial's process, with the machine's foreign load during it
-    blocks: list[Any] | None = omitted_while_none()
+    blocks: list[Block] | None = omitted_while_none()
     startup: footprint.Startup | None = omitted_while_none()
     #: the energy counters' joules over this trial's timed steps
     energy_j: float | None = omitted_while_none()
@@ -175,12 +158,6 @@ class TrialRow:
             step_times_s=list(timing.step_times), losses=list(timing.losses),
             warmup_steps=timing.warmup_calls * timing.steps_per_call, process=timing.usage, startup=outcome.startup,
             energy_j=timing.energy.joules if timing.energy else None)
-
-    @classmethod
-    def from_json(cls, row: dict[str, Any]) -> TrialRow:
-        process, startup = row.get("process"), row.get("startup")
-        return cls(**{**row, "process": ProcessUsage(**process) if process else None,
-                      "startup": footprint.Startup(**startup) if startup else None})
 
 
 @dataclass
@@ -233,36 +210,90 @@ class Record:
     flops: Flops | None
     #: what the backend read back from its framework, free-form per plugin
     settings: dict[str, Any]
+    #: the resolved RunConfig's fields (``run_config()`` reads them back)
     config: dict[str, Any]
-    environment: dict[str, Any]
+    environment: Environment
     warnings: list[str]
-    distributed: dict[str, Any] | None = omitted_while_none()
-    schedule: dict[str, Any] | None = omitted_while_none()
+    distributed: Distributed | None = omitted_while_none()
+    schedule: Schedule | None = omitted_while_none()
     mode: str | None = omitted_while_none()
-    training: dict[str, Any] | None = omitted_while_none()
+    training: Training | None = omitted_while_none()
     #: what the run cost besides time (ok records, since 1.11)
     memory: footprint.Memory | None = omitted_while_none()
     energy: footprint.Energy | None = omitted_while_none()
     startup: footprint.StartupSummary | None = omitted_while_none()
+    #: cost-performance at a price, set by ``accelbench.cost`` when a command prices its records
+    cost: Cost | None = omitted_while_none()
+
+    def to_json(self) -> dict[str, Any]:
+        """The form the result schema checks and results files hold."""
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, form: dict[str, Any]) -> Record:
+        """A record as a results file holds it, of any result schema version since 1.0."""
+        return from_json(cls, form)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def __getitem__(self, key: str) -> Any:
+        # records were dicts until result schema 1.11's accelbench: say what replaced the subscript
+        raise TypeError(f"a Record is typed: record[{key!r}] is record.{'global_' if key == 'global' else key} "
+                        f"(record.to_json() gives the JSON form)")
+
+    def run_config(self) -> RunConfig:
+        return RunConfig(**self.config)
+
+    def devices(self) -> int:
+        """Devices across every worker of the run."""
+        return self.device.count * (self.distributed.workers if self.distributed else 1)
+
+    def images_per_sec(self) -> float:
+        """The pooled throughput of an ok record (ValueError for one without)."""
+        if self.throughput is None:
+            raise ValueError(f"a {self.status} record has no throughput")
+        return self.throughput.images_per_sec
+
+    def ok_trials(self) -> list[TrialRow]:
+        return [t for t in self.trials if t.status == "ok"]
 
 
-def build(ctx: RunContext) -> dict[str, Any]:
-    """The run's record in its JSON form, always schema-valid. When what the backend reported
-    breaks the schema (a third-party plugin broke the contract), the record is ``failed`` with the
-    validation error as its reason, and none of the backend's figures are kept."""
+@dataclass
+class ResultsDocument:
+    """A results file: its records, and the command that wrote it."""
+
+    schema_version: str
+    created_utc: str
+    records: list[Record]
+    command: list[str] | None = omitted_while_none()
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, form: dict[str, Any]) -> ResultsDocument:
+        return from_json(cls, form)
+
+
+def build(ctx: RunContext) -> Record:
+    """The run's record, always schema-valid. When what the backend reported breaks the schema
+    (a third-party plugin broke the contract), the record is ``failed`` with the validation
+    error as its reason, and none of the backend's figures are kept."""
     try:
-        record = to_json(_assemble(ctx))
+        record = _assemble(ctx)
+        problems = validation.errors("result", record.to_json())
     except (TypeError, ValueError, KeyError, AttributeError) as exc:  # values no record can hold
         problems = [f"{type(exc).__name__}: {exc}"]
     else:
-        problems = validation.errors("result", record)
         if not problems:
             return record
     reason = f"the backend's results broke the result schema: {problems[0]}"
     failed = [TrialOutcome("failed", reason, round=o.round, started_utc=o.started_utc, ended_utc=o.ended_utc)
               for o in ctx.outcomes] or [TrialOutcome("failed", reason)]
-    return to_json(_assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule,
-                                        worker=ctx.worker)))
+    return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule,
+                                worker=ctx.worker))
 
 
 def _assemble(ctx: RunContext) -> Record:
@@ -289,7 +320,7 @@ def _assemble(ctx: RunContext) -> Record:
         # a copy: the record is rebuilt after every trial, and its building edits settings
         settings=dict(prepared.settings), config=cfg.to_dict(), environment=_environment(ctx),
         warnings=list(prepared.warnings),
-        distributed=dict(ctx.distributed) if ctx.distributed else None, schedule=ctx.schedule or None)
+        distributed=dataclasses.replace(ctx.distributed) if ctx.distributed else None, schedule=ctx.schedule)
     if cfg.mode == "train":
         record.mode = "train"
         _add_training(record, cfg, ctx.outcomes[-1])
@@ -303,26 +334,21 @@ def _assemble(ctx: RunContext) -> Record:
     if prepared.flops_per_image:
         record.flops = Flops(prepared.flops_per_image)
         record.warnings += complete_flops(record.flops, record.throughput, record.precision, record.device,
-                                          record.framework, record.environment, _devices(record))
+                                          record.framework, record.environment, record.devices())
     return record
 
 
-def _environment(ctx: RunContext) -> dict[str, Any]:
+def _environment(ctx: RunContext) -> Environment:
     """The host's environment, with the worker's Python and the packages installed there (read
     in the worker) when the workers ran another Python than the host's."""
     if not ctx.worker:
         return ctx.environment
-    packages = {**ctx.environment["packages"], **ctx.worker.get("packages", {})}
-    return {**ctx.environment, "packages": packages, "worker": ctx.worker}
-
-
-def _devices(record: Record) -> int:
-    """Devices across every worker of the run."""
-    return record.device.count * (record.distributed or {}).get("workers", 1)
+    packages = {**ctx.environment.packages, **(ctx.worker.packages or {})}
+    return dataclasses.replace(ctx.environment, packages=packages, worker=ctx.worker)
 
 
 def complete_flops(flops: Flops, throughput: Throughput | None, precision: str, device: DeviceRef,
-                   framework: Named, environment: dict[str, Any], devices: int) -> list[str]:
+                   framework: Named, environment: Environment, devices: int) -> list[str]:
     """Achieved FLOP/s from the throughput, and the share of the run's peak; the warnings that
     go with them."""
     if throughput is None:
@@ -332,11 +358,11 @@ def complete_flops(flops: Flops, throughput: Throughput | None, precision: str, 
     return [warning] if warning else []
 
 
-def run_peak(precision: str, device: DeviceRef, framework: Named, environment: dict[str, Any],
+def run_peak(precision: str, device: DeviceRef, framework: Named, environment: Environment,
              devices: int) -> peaks.Peak | None:
     """The peak a run is compared with: its accelerators' published one, else one ``accelbench
     peak`` measured here with its framework (None: neither, and none is invented)."""
-    names = [device.name] + [a["name"] for a in environment["accelerators"] if a["kind"] == device.kind]
+    names = [device.name] + [a.name for a in environment.accelerators_of(device.kind)]
     published = (peaks.published(device.kind, name, precision, devices) for name in names if name)
     return next((peak for peak in published if peak), None) or peaks.measured(
         environment, device.kind, device.name or "", framework.name, framework.version or "", precision, devices)
@@ -364,9 +390,8 @@ def add_utilisation(flops: Flops, peak: peaks.Peak | None, device_kind: str = "c
 def _add_scaling_efficiency(record: Record) -> None:
     """Multi-worker throughput / (workers x the 1-worker baseline of the same per-worker batch)."""
     dist = record.distributed
-    if dist and dist["baseline_images_per_sec"] and record.throughput:
-        dist["scaling_efficiency"] = record.throughput.images_per_sec / (
-            dist["workers"] * dist["baseline_images_per_sec"])
+    if dist and dist.baseline_images_per_sec and record.throughput:
+        dist.scaling_efficiency = record.throughput.images_per_sec / (dist.workers * dist.baseline_images_per_sec)
 
 
 def _add_training(record: Record, cfg: RunConfig, outcome: TrialOutcome) -> None:
@@ -377,8 +402,7 @@ def _add_training(record: Record, cfg: RunConfig, outcome: TrialOutcome) -> None
         return
     preprocessing = record.settings.pop("preprocessing", {})
     spec = training.TrainSpec.from_dict(cfg.train_spec)
-    record.training = {**training.summary(outcome.training, spec, cfg.resolved_global_batch),
-                       "preprocessing": preprocessing, "cost_to_target": None}
+    record.training = training.summary(outcome.training, spec, cfg.resolved_global_batch, preprocessing)
 
 
 def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps:
@@ -440,30 +464,34 @@ def _drift_warning(found: stats.Trend) -> str:
             f"compare runs interleaved in one invocation (paired rounds), not across invocations")
 
 
-def check(record: dict[str, Any]) -> None:
-    problems = validation.errors("result", record)
+def check(record: Record) -> None:
+    problems = validation.errors("result", record.to_json())
     if problems:
         raise InvalidRecord("; ".join(problems))
 
 
-def check_all(records: list[dict[str, Any]]) -> None:
+def check_all(records: list[Record]) -> None:
     for record in records:
         check(record)
 
 
-def results_document(records: list[dict[str, Any]], command: list[str] | None = None) -> dict[str, Any]:
-    document = {"schema_version": validation.RESULT_SCHEMA_VERSION, "created_utc": utc_now(), "records": records}
-    if command:
-        document["command"] = list(command)
-    return document
+def results_document(records: list[Record], command: list[str] | None = None) -> ResultsDocument:
+    return ResultsDocument(validation.RESULT_SCHEMA_VERSION, utc_now(), list(records),
+                           list(command) if command else None)
 
 
-def write_results(path: Path, records: list[dict[str, Any]], command: list[str] | None = None) -> None:
+def write_results(path: Path, records: list[Record], command: list[str] | None = None) -> None:
     """Validate every record, then write atomically (temp file in the same folder + rename);
     ``command``: the command line that wrote it, kept in the file."""
-    for record in records:
-        check(record)
-    document = results_document(records, command)
+    document = results_document(records, command).to_json()
+    problems = validation.errors("results", document)
+    if problems:
+        raise InvalidRecord("; ".join(problems))
+    write_document(path, document)
+
+
+def write_document(path: Path, document: dict[str, Any]) -> None:
+    """Write a JSON document atomically: a temp file in the same folder, fsynced, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -498,7 +526,7 @@ class ResultsWriter:
         #: where the records went instead, when the file could not be written (None: the file)
         self.side_path: Path | None = None
 
-    def write(self, records: list[dict[str, Any]]) -> Path:
+    def write(self, records: list[Record]) -> Path:
         """Merge ``records`` (this run's, all of them so far) into the file; the path written."""
         for record in records:
             check(record)
@@ -516,18 +544,18 @@ class ResultsWriter:
         self.mine = {_canonical(r) for r in records}
         return self.path
 
-    def _on_disk(self) -> list[dict[str, Any]]:
+    def _on_disk(self) -> list[Record]:
         if not self.path.exists():
             return []
         document = json.loads(self.path.read_text())
         problems = validation.errors("results", document)
         if problems:
             raise InvalidRecord(f"it is no longer a results file: {problems[0]}")
-        return document["records"]
+        return ResultsDocument.from_json(document).records
 
 
-def _canonical(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True)
+def _canonical(record: Record) -> str:
+    return json.dumps(record.to_json(), sort_keys=True)
 
 
 @contextmanager
@@ -560,14 +588,19 @@ def read_json(path: str | Path) -> Any:
     return inputs.read_json(path, "file")
 
 
-def read_results(path: str | Path) -> list[dict[str, Any]]:
-    """Records of an accelbench results file; UsageError when it is unreadable or invalid."""
+def read_document(path: str | Path) -> ResultsDocument:
+    """An accelbench results file; UsageError when it is unreadable or invalid."""
     document = read_json(path)
     validation.validate_or_raise("results", document, what=f"results file {path}")
-    return document["records"]
+    return ResultsDocument.from_json(document)
 
 
-def merge_ranks(rank_records: list[dict[str, Any]]) -> dict[str, Any]:
+def read_results(path: str | Path) -> list[Record]:
+    """Records of an accelbench results file; UsageError when it is unreadable or invalid."""
+    return read_document(path).records
+
+
+def merge_ranks(rank_records: list[Record]) -> Record:
     """One record from the per-rank records of a multi-host job (``accelbench merge``).
 
     Global images/sec = all workers' images / the slowest worker's wall time; every worker's
@@ -575,39 +608,44 @@ def merge_ranks(rank_records: list[dict[str, Any]]) -> dict[str, Any]:
     """
     import copy
 
-    if not rank_records or any("distributed" not in r for r in rank_records):
+    blocks = [r.distributed for r in rank_records]
+    if not rank_records or any(block is None for block in blocks):
         raise UsageError("merge needs the per-rank records written by `accelbench worker`")
-    if len({r["config_hash"] for r in rank_records}) != 1:
+    if len({r.config_hash for r in rank_records}) != 1:
         raise UsageError("these records come from different run configs")
-    rows = sorted((row for r in rank_records for row in r["distributed"]["per_worker"]), key=lambda row: row["rank"])
-    workers = rank_records[0]["distributed"]["workers"]
-    if [row["rank"] for row in rows] != list(range(workers)):
-        raise UsageError(f"need exactly one record per rank 0..{workers - 1}, got ranks {[row['rank'] for row in rows]}")
-    merged = copy.deepcopy(next(r for r in rank_records if r["distributed"]["per_worker"][0]["rank"] == 0))
-    merged["distributed"]["per_worker"] = rows
-    hosts = list(dict.fromkeys(row["host"] for row in rows if "host" in row))  # in rank order
+    rows = sorted((row for block in blocks if block for row in block.per_worker), key=lambda row: row.rank)
+    workers = _distributed(rank_records[0]).workers
+    if [row.rank for row in rows] != list(range(workers)):
+        raise UsageError(f"need exactly one record per rank 0..{workers - 1}, got ranks {[row.rank for row in rows]}")
+    merged = copy.deepcopy(next(r for r in rank_records if _distributed(r).per_worker[0].rank == 0))
+    dist = _distributed(merged)
+    dist.per_worker = rows
+    hosts = list(dict.fromkeys(row.host for row in rows if row.host is not None))  # in rank order
     if hosts:
-        merged["distributed"]["hosts"] = hosts
-    failed = next((r for r in rank_records if r["status"] != "ok"), None)
-    merged["timestamp_utc"] = utc_now()
-    merged["throughput"] = merged["step_time"] = None
-    merged["warnings"] = []
+        dist.hosts = hosts
+    failed = next((r for r in rank_records if not r.ok), None)
+    merged.timestamp_utc = utc_now()
+    merged.throughput = merged.step_time = None
+    merged.warnings = []
     if failed:
-        rank = failed["distributed"]["per_worker"][0]["rank"]
-        merged["status"], merged["reason"] = failed["status"], f"rank {rank}: {failed['reason']}"
+        rank = _distributed(failed).per_worker[0].rank
+        merged.status, merged.reason = failed.status, f"rank {rank}: {failed.reason}"
         return merged
-    slowest = max(rows, key=lambda row: row["wall_time_s"])
-    images = sum(row["images"] for row in rows)
-    merged["trials"] = [{**merged["trials"][0], "images": images, "wall_time_s": slowest["wall_time_s"],
-                         "images_per_sec": images / slowest["wall_time_s"], "step_times_s": slowest["step_times_s"]}]
-    throughput, step_time, warnings = statistics([TrialRow.from_json(row) for row in merged["trials"]],
-                                                 RunConfig(**merged["config"]))
-    merged["throughput"], merged["step_time"] = to_json(throughput), to_json(step_time)
-    merged["warnings"] += warnings
-    if merged["flops"]:
-        flops = Flops(merged["flops"]["per_image"])
-        merged["warnings"] += complete_flops(flops, throughput, merged["precision"], DeviceRef(**merged["device"]),
-                                             Named(**merged["framework"]), merged["environment"],
-                                             merged["device"]["count"] * workers)
-        merged["flops"] = to_json(flops)
+    slowest = max(rows, key=lambda row: row.wall_time_s or 0.0)
+    wall = slowest.wall_time_s or 0.0
+    images = sum(row.images or 0 for row in rows)
+    merged.trials = [dataclasses.replace(merged.trials[0], images=images, wall_time_s=wall,
+                                         images_per_sec=images / wall, step_times_s=slowest.step_times_s)]
+    merged.throughput, merged.step_time, warnings = statistics(merged.trials, merged.run_config())
+    merged.warnings += warnings
+    if merged.flops:
+        merged.flops = Flops(merged.flops.per_image)
+        merged.warnings += complete_flops(merged.flops, merged.throughput, merged.precision, merged.device,
+                                          merged.framework, merged.environment, merged.device.count * workers)
     return merged
+
+
+def _distributed(record: Record) -> Distributed:
+    if record.distributed is None:
+        raise UsageError("merge needs the per-rank records written by `accelbench worker`")
+    return record.distributed

@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
 
+from .blocks import Environment, Lock
 from .config import RunConfig
 from .environment import CORE_PACKAGES
 from .errors import UsageError
+from .records import Record
 
 #: the fields of a record's environment that say which machine it ran on
 MACHINE_FIELDS = ("cpu_model", "cpu_cores", "cpu_flags", "accelerators", "os", "python")
@@ -31,41 +32,40 @@ MACHINE_FIELDS = ("cpu_model", "cpu_cores", "cpu_flags", "accelerators", "os", "
 class Replay:
     """One record to run again: its backend, its config, and the pins its workers need."""
 
-    record: dict[str, Any]
+    record: Record
     backend_id: str
     config: RunConfig
     #: ``name==version`` of the record's framework distributions installed here at another version
     pins: tuple[str, ...]
 
 
-def select(records: list[dict[str, Any]], wanted: tuple[str, ...]) -> list[dict[str, Any]]:
+def select(records: list[Record], wanted: tuple[str, ...]) -> list[Record]:
     """The records named by a prefix of their config hash (every record when none is named)."""
     if not wanted:
         return records
     chosen = []
     for prefix in wanted:
-        found = [r for r in records if r["config_hash"].startswith(prefix.lower())]
+        found = [r for r in records if r.config_hash.startswith(prefix.lower())]
         if len(found) != 1:
-            hashes = ", ".join(r["config_hash"][:12] for r in records)
+            hashes = ", ".join(r.config_hash[:12] for r in records)
             problem = "matches no record" if not found else f"matches {len(found)} records"
             raise UsageError(f"--record {prefix!r} {problem} (config hashes: {hashes})")
         chosen += found
     return chosen
 
 
-def replay_of(record: dict[str, Any]) -> Replay:
+def replay_of(record: Record) -> Replay:
     """What runs a record again. Its config as it ran, resolved (``config.resolve`` leaves a
     resolved config as it is); fields a config of an older accelbench lacks take today's defaults."""
     known = {f.name for f in dataclasses.fields(RunConfig)}
-    config = RunConfig(**{key: value for key, value in record["config"].items() if key in known})
-    return Replay(record, f"{record['plugin']['name']}:{record['backend']['name']}", config,
-                  tuple(framework_pins(record)))
+    config = RunConfig(**{key: value for key, value in record.config.items() if key in known})
+    return Replay(record, f"{record.plugin.name}:{record.backend.name}", config, tuple(framework_pins(record)))
 
 
-def framework_pins(record: dict[str, Any]) -> list[str]:
+def framework_pins(record: Record) -> list[str]:
     """The record's framework distributions (not accelbench's own) whose version here differs."""
-    worker = record["environment"].get("worker") or {}
-    recorded = {**record["environment"]["packages"], **worker.get("packages", {})}
+    worker = record.environment.worker
+    recorded = {**record.environment.packages, **((worker.packages if worker else None) or {})}
     pins = []
     for name, version in sorted(recorded.items()):
         if name in CORE_PACKAGES:
@@ -79,42 +79,43 @@ def framework_pins(record: dict[str, Any]) -> list[str]:
     return pins
 
 
-def lock_of(record: dict[str, Any]) -> dict[str, Any] | None:
+def lock_of(record: Record) -> Lock | None:
     """The lock of the Python the record's workers ran (result schema 1.11 and later)."""
-    environment = record["environment"]
-    return (environment.get("worker") or {}).get("lock") or environment.get("lock")
+    environment = record.environment
+    return (environment.worker.lock if environment.worker else None) or environment.lock
 
 
-def lock_differences(then: dict[str, Any] | None, now: dict[str, Any] | None) -> list[str]:
+def lock_differences(then: Lock | None, now: Lock | None) -> list[str]:
     """Lines naming each distribution added, removed or at another version, and the interpreter."""
     if then is None or now is None:
         return ["no lock to compare with (a record written before result schema 1.11)"]
-    if then["sha256"] == now["sha256"]:
+    if then.sha256 == now.sha256:
         return []
     before, after = _versions(then), _versions(now)
-    lines = [f"python {then['python']} -> {now['python']}"] if then["python"] != now["python"] else []
+    lines = [f"python {then.python} -> {now.python}"] if then.python != now.python else []
     for name in sorted(before.keys() | after.keys()):
         if before.get(name) != after.get(name):
             lines.append(f"{name} {before.get(name, '(absent)')} -> {after.get(name, '(absent)')}")
     return lines
 
 
-def _versions(lock: dict[str, Any]) -> dict[str, str]:
-    return dict(pin.split("==", 1) for pin in lock["distributions"])
+def _versions(lock: Lock) -> dict[str, str]:
+    return dict(pin.split("==", 1) for pin in lock.distributions)
 
 
-def machine_differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+def machine_differences(then: Environment, now: Environment) -> list[str]:
     """Lines naming each machine fact that differs (CPU flags by what was gained and lost)."""
     lines = []
     for name in MACHINE_FIELDS:
-        if then.get(name) == now.get(name):
+        before, after = getattr(then, name), getattr(now, name)
+        if before == after:
             continue
         if name == "cpu_flags":
-            lost, gained = sorted(set(then[name]) - set(now[name])), sorted(set(now[name]) - set(then[name]))
+            lost, gained = sorted(set(before or ()) - set(after or ())), sorted(set(after or ()) - set(before or ()))
             lines.append(f"cpu_flags: lost {' '.join(lost) or 'none'}; gained {' '.join(gained) or 'none'}")
         elif name == "accelerators":
-            show = lambda found: ", ".join(f"{a['name']} (driver {a['driver']})" for a in found) or "none"  # noqa: E731
-            lines.append(f"accelerators: {show(then[name])} -> {show(now[name])}")
+            show = lambda found: ", ".join(f"{a.name} (driver {a.driver})" for a in found) or "none"  # noqa: E731
+            lines.append(f"accelerators: {show(before)} -> {show(after)}")
         else:
-            lines.append(f"{name}: {then.get(name)} -> {now.get(name)}")
+            lines.append(f"{name}: {before} -> {after}")
     return lines

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from . import cost
+from .blocks import Cost, Training
 from .errors import UsageError
+from .records import Record
 
 SWEEP_PNG = "throughput_vs_batch.png"
 DOLLARS_PNG = "images_per_dollar.png"
@@ -69,13 +71,13 @@ def study_reference() -> dict[str, Any]:
     return json.loads(resources.files("accelbench").joinpath("data/study_2018.json").read_text())
 
 
-def run_label(record: dict[str, Any]) -> str:
-    d, model = record["device"], record["model"]
-    return (f"{record['plugin']['name']}:{record['backend']['name']} {record['precision']} "
-            f"{model['variant'] or model['name']} {d['kind']}x{d['count']} {record['image_size']}px")
+def run_label(record: Record) -> str:
+    d, model = record.device, record.model
+    return (f"{record.plugin.name}:{record.backend.name} {record.precision} "
+            f"{model.variant or model.name} {d.kind}x{d.count} {record.image_size}px")
 
 
-def with_costs(records: list[dict[str, Any]], pricing: cost.Pricing) -> list[dict[str, Any]]:
+def with_costs(records: list[Record], pricing: cost.Pricing) -> list[Record]:
     """Copies of the records with a cost block at the price given or matched (or "no price")."""
     priced = []
     for record in records:
@@ -85,17 +87,16 @@ def with_costs(records: list[dict[str, Any]], pricing: cost.Pricing) -> list[dic
     return priced
 
 
-def sweep_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+def sweep_series(records: list[Record]) -> dict[str, list[tuple[int, float]]]:
     """images/sec against global batch, one series per backend/precision/device, one point per ok record."""
     series: dict[str, list[tuple[int, float]]] = {}
     for record in records:
-        if record["throughput"] and record.get("mode", "throughput") == "throughput":
-            series.setdefault(run_label(record), []).append(
-                (record["batch"]["global"], record["throughput"]["images_per_sec"]))
+        if record.throughput and record.mode in (None, "throughput"):
+            series.setdefault(run_label(record), []).append((record.batch.global_, record.throughput.images_per_sec))
     return {label: sorted(points) for label, points in series.items()}
 
 
-def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None, title: str = ""):
+def sweep_figure(records: list[Record], reference: dict[str, Any] | None, title: str = ""):
     plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -113,11 +114,11 @@ def sweep_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None
                      title or "Training throughput against batch size")
 
 
-def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | None, catalogue: list[cost.Price]):
+def dollars_figure(records: list[Record], reference: dict[str, Any] | None, catalogue: list[cost.Price]):
     plt = _pyplot()
 
-    bars = [(f"{run_label(r)} b{r['batch']['global']}", r["cost"]["images_per_dollar"], "tab:blue", "")
-            for r in records if r.get("cost", {}).get("price")]
+    bars = [(f"{run_label(r)} b{r.batch.global_}", r.cost.images_per_dollar, "tab:blue", "")
+            for r in records if r.cost and r.cost.price]
     if reference:
         prices = {p.name: p for p in catalogue}
         bars += [(f"2018 study, published: {ref['label']}",
@@ -132,22 +133,22 @@ def dollars_figure(records: list[dict[str, Any]], reference: dict[str, Any] | No
     return fig
 
 
-def footprint_figure(records: list[dict[str, Any]], title: str):
+def footprint_figure(records: list[Record], title: str):
     """Per run: its start-up in three parts (to the first step, the first step, the rest of the
     warm-up) and its peak memory (host, and the device's where the framework said)."""
     plt = _pyplot()
 
-    shown = [r for r in records if (r.get("startup") or {}).get("worker_to_first_step_s") is not None]
+    shown = [(r, r.startup) for r in records if r.startup and r.startup.worker_to_first_step_s is not None]
     fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 0.5 * len(shown) + 1.8), sharey=True)
-    for r in shown:
-        label, s, memory = f"{run_label(r)} b{r['batch']['global']}", r["startup"], r["memory"]
-        before = s["worker_to_first_step_s"] - s["first_step_s"]
-        time_ax.barh(label, before, color="tab:gray")
-        time_ax.barh(label, s["first_step_s"], left=before, color="tab:orange")
-        time_ax.barh(label, max(0.0, s["warmup_s"] - s["first_step_s"]), left=s["worker_to_first_step_s"],
-                     color="tab:olive")
-        memory_ax.barh(label, (memory["host_peak_bytes"] or 0) / 2**30, color="tab:blue", height=0.4, align="edge")
-        memory_ax.barh(label, (memory["device_peak_bytes"] or 0) / 2**30, color="tab:purple", height=-0.4,
+    for r, s in shown:
+        label, memory = f"{run_label(r)} b{r.batch.global_}", r.memory
+        to_first, first, warmup = s.worker_to_first_step_s or 0.0, s.first_step_s or 0.0, s.warmup_s or 0.0
+        time_ax.barh(label, to_first - first, color="tab:gray")
+        time_ax.barh(label, first, left=to_first - first, color="tab:orange")
+        time_ax.barh(label, max(0.0, warmup - first), left=to_first, color="tab:olive")
+        memory_ax.barh(label, ((memory and memory.host_peak_bytes) or 0) / 2**30, color="tab:blue", height=0.4,
+                       align="edge")
+        memory_ax.barh(label, ((memory and memory.device_peak_bytes) or 0) / 2**30, color="tab:purple", height=-0.4,
                        align="edge")
     time_ax.legend(["before the first step", "first step", "rest of warm-up"], fontsize=8, loc="best")
     memory_ax.legend(["host peak", "device peak"], fontsize=8, loc="best")
@@ -158,32 +159,30 @@ def footprint_figure(records: list[dict[str, Any]], title: str):
     return fig
 
 
-def accuracy_figure(records: list[dict[str, Any]]):
+def accuracy_figure(records: list[Record]):
     """Held-out top-1 against epoch, one line per train-mode record; its target dashed."""
     plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for record in training_records(records):
-        points = [(row["epoch_num"], row["eval_accuracy"]) for row in record["training"]["curve"]
-                  if row["eval_accuracy"] is not None]
+    for record, training in training_records(records):
+        points = [(row.epoch_num, row.eval_accuracy) for row in training.curve if row.eval_accuracy is not None]
         if points:
-            line, = ax.plot(*zip(*points), marker="o", label=f"{run_label(record)} on {record['data']['source']}")
-            ax.axhline(record["training"]["target_top1"], color=line.get_color(), linestyle="--", linewidth=0.8)
+            line, = ax.plot(*zip(*points), marker="o", label=f"{run_label(record)} on {record.data.source}")
+            ax.axhline(training.target_top1, color=line.get_color(), linestyle="--", linewidth=0.8)
     return _finished(fig, ax, "epoch", "top-1 accuracy (held-out split)",
                      "Convergence: top-1 against epoch (dashed: target)")
 
 
-def round_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+def round_series(records: list[Record]) -> dict[str, list[tuple[int, float]]]:
     """images/sec of every trial against its round, one series per record of an interleaved run
     with two rounds or more (drift shows as a slope shared by every series)."""
     series = {}
     for record in records:
-        points = [(t["round"], t["images_per_sec"]) for t in record["trials"]
-                  if "round" in t and t["images_per_sec"]]
+        points = [(t.round, t.images_per_sec) for t in record.trials if t.round is not None and t.images_per_sec]
         if len(points) >= 2:
             # a run of one plan has rounds but no schedule block (nothing was interleaved with it)
-            run_id = (record.get("schedule") or {}).get("run_id")
-            label = f"{run_label(record)} b{record['batch']['global']}" + (f" [run {run_id[:6]}]" if run_id else "")
+            run_id = record.schedule.run_id if record.schedule else None
+            label = f"{run_label(record)} b{record.batch.global_}" + (f" [run {run_id[:6]}]" if run_id else "")
             series[label] = points
     return series
 
@@ -198,30 +197,30 @@ def rounds_figure(series: dict[str, list[tuple[int, float]]]):
                      "images / second", "Trials by round: a shared slope is the machine drifting")
 
 
-def training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("training")]
+def training_records(records: list[Record]) -> list[tuple[Record, Training]]:
+    return [(r, r.training) for r in records if r.training]
 
 
-def workload_label(record: dict[str, Any]) -> str:
+def workload_label(record: Record) -> str:
     """What a figure may put side by side: same model (and variant), image size and data."""
-    model = " ".join(filter(None, (record["model"]["name"], record["model"]["variant"])))
-    data = f"training on {record['data']['source']}" if record.get("mode") == "train" else "synthetic data"
-    return f"{model}, {record['image_size']}px, {data}"
+    model = " ".join(filter(None, (record.model.name, record.model.variant)))
+    data = f"training on {record.data.source}" if record.mode == "train" else "synthetic data"
+    return f"{model}, {record.image_size}px, {data}"
 
 
-def workloads(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {}
+def workloads(records: list[Record]) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = {}
     for record in records:
         groups.setdefault(workload_label(record), []).append(record)
     return groups
 
 
-def is_study_workload(records: list[dict[str, Any]], reference: dict[str, Any]) -> bool:
+def is_study_workload(records: list[Record], reference: dict[str, Any]) -> bool:
     """A reference's figures belong only beside its own workload (the 2018 study's: ResNet-50 at
     224x224 on synthetic data), as its data file states it."""
     r, workload = records[0], reference["workload"]
-    return (r["model"]["name"] == workload["model"] and r["image_size"] == workload["image_size"]
-            and r.get("mode", "throughput") == workload["mode"])
+    return (r.model.name == workload["model"] and r.image_size == workload["image_size"]
+            and (r.mode or "throughput") == workload["mode"])
 
 
 def comparison_figure(results: list, tolerance: float):
@@ -276,7 +275,7 @@ def pairs_figure(results: list):
     return fig
 
 
-def write(records: list[dict[str, Any]], out_dir: str | Path, pricing: cost.Pricing,
+def write(records: list[Record], out_dir: str | Path, pricing: cost.Pricing,
           include_reference: bool = True, tolerance: float = DEFAULT_TOLERANCE) -> Path:
     """Write index.html and its PNGs into ``out_dir``; returns the HTML path."""
     from . import compare
@@ -329,7 +328,7 @@ def _figure_name(workload_index: int, name: str) -> str:
     return f"w{workload_index}-{name}"
 
 
-def _page(records: list[dict[str, Any]], groups: dict[str, list[dict[str, Any]]], comparisons: list,
+def _page(records: list[Record], groups: dict[str, list[Record]], comparisons: list,
           tolerance: float, reference: dict[str, Any] | None, catalogue: list[cost.Price], epochs: int,
           by_pair: bool = False) -> str:
     sections = "\n".join(_workload_section(index, label, members, epochs)
@@ -359,7 +358,7 @@ Published 2018 figures are drawn as black hollow markers and hatched bars, never
 """
 
 
-def _workload_section(index: int, label: str, members: list[dict[str, Any]], epochs: int) -> str:
+def _workload_section(index: int, label: str, members: list[Record], epochs: int) -> str:
     rows = "\n".join(_run_row(r, epochs) for r in members)
     return f"""<h2>{html.escape(label)}</h2>
 <h3>Throughput against batch size</h3><img src="{_figure_name(index, SWEEP_PNG)}" alt="images/sec against global batch">
@@ -374,12 +373,12 @@ def _workload_section(index: int, label: str, members: list[dict[str, Any]], epo
 {_footprint_section(index, members)}"""
 
 
-def _footprints(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _footprints(members: list[Record]) -> list[Record]:
     """The ok records that say what they cost besides time (result schema 1.11 and later)."""
-    return [r for r in members if r["status"] == "ok" and r.get("startup")]
+    return [r for r in members if r.ok and r.startup]
 
 
-def _footprint_section(index: int, members: list[dict[str, Any]]) -> str:
+def _footprint_section(index: int, members: list[Record]) -> str:
     shown = _footprints(members)
     if not shown:
         return ""
@@ -396,19 +395,21 @@ Energy is the machine's own counters over the timed steps (whole devices, every 
 </table>"""
 
 
-def _footprint_cells(r: dict[str, Any]) -> list[str]:
-    s, memory, spent = r["startup"], r["memory"], r["energy"]
+def _footprint_cells(r: Record) -> list[str]:
+    s, memory, spent = r.startup, r.memory, r.energy
     seconds = lambda value: f"{value:.2f}" if value is not None else "-"  # noqa: E731
     gib = lambda value: f"{value / 2**30:.2f}" if value is not None else "-"  # noqa: E731
-    priced = (r.get("cost") or {}).get("energy") or {}
-    energy_cost = (f"{priced['per_epoch']:,.2f} {priced['currency']} at {priced['price_per_kwh']:g}/kWh"
-                   if priced.get("per_epoch") is not None else "-")
-    return [run_label(r) + f" b{r['batch']['global']}", seconds(s["worker_to_first_step_s"]), seconds(s["first_step_s"]),
-            seconds(s["warmup_s"]), gib(memory["host_peak_bytes"]),
-            gib(memory["device_peak_bytes"]) if memory["device_peak_bytes"] is not None
-            else f"- ({memory.get('device_reason', '')})",
-            f"{spent['joules_per_image']:.3g}" if spent["joules_per_image"] is not None else f"- ({spent.get('reason', '')})",
-            f"{spent['images_per_kwh']:,.0f}" if spent["images_per_kwh"] is not None else "-", energy_cost]
+    priced = r.cost.energy if r.cost else None
+    energy_cost = (f"{priced.per_epoch:,.2f} {priced.currency} at {priced.price_per_kwh:g}/kWh"
+                   if priced and priced.per_epoch is not None else "-")
+    return [run_label(r) + f" b{r.batch.global_}",
+            seconds(s and s.worker_to_first_step_s), seconds(s and s.first_step_s), seconds(s and s.warmup_s),
+            gib(memory and memory.host_peak_bytes),
+            gib(memory.device_peak_bytes) if memory and memory.device_peak_bytes is not None
+            else f"- ({(memory and memory.device_reason) or ''})",
+            f"{spent.joules_per_image:.3g}" if spent and spent.joules_per_image is not None
+            else f"- ({(spent and spent.reason) or ''})",
+            f"{spent.images_per_kwh:,.0f}" if spent and spent.images_per_kwh is not None else "-", energy_cost]
 
 
 def _comparison_section(comparisons: list, tolerance: float) -> str:
@@ -431,62 +432,61 @@ pair drawn as a red cross had a block in which other processes took more than th
 the CPUs, and a comparison resting on one gives no verdict.</p><img src="{PAIRS_PNG}" alt="ratio of each pair">"""
 
 
-def _machine(r: dict[str, Any]) -> str:
-    env = r["environment"]
-    units = [f for f in env.get("cpu_flags", []) if f.startswith(("avx512_bf16", "avx512_fp16", "amx", "avx512f"))]
-    accelerators = ", ".join(a["name"] for a in env["accelerators"]) or "no accelerator"
-    framework = f"{r['framework']['name']} {r['framework']['version']}".strip()
+def _machine(r: Record) -> str:
+    env = r.environment
+    units = [f for f in env.cpu_flags or () if f.startswith(("avx512_bf16", "avx512_fp16", "amx", "avx512f"))]
+    accelerators = ", ".join(a.name for a in env.accelerators) or "no accelerator"
+    framework = f"{r.framework.name} {r.framework.version}".strip()
     # a first touch of memory costs a host fault there: what makes one step slow with page faults
-    memory = "; a VM that returns free memory to its host" if env.get("memory_returned_to_host") else ""
-    return (f"{env['cpu_model']} ({', '.join(units) or 'no AVX-512'}), {env['cpu_cores']} cores{memory}; "
+    memory = "; a VM that returns free memory to its host" if env.memory_returned_to_host else ""
+    return (f"{env.cpu_model} ({', '.join(units) or 'no AVX-512'}), {env.cpu_cores} cores{memory}; "
             f"{accelerators}; {framework}")
 
 
-def _run_row(r: dict[str, Any], epochs: int) -> str:
-    tp, st, fl, c = r["throughput"], r["step_time"], r["flops"], r["cost"]
-    price = c.get("price")
+def _run_row(r: Record, epochs: int) -> str:
+    tp, st, fl = r.throughput, r.step_time, r.flops
+    c = r.cost or Cost(None, "not priced")
+    price = c.price
+    money = lambda value, form: format(value, form) if price and value is not None else "-"  # noqa: E731
     cells = [
-        html.escape(run_label(r)), html.escape(r["status"] + (f": {r['reason']}" if r["reason"] else "")),
-        f"{r['batch']['global']} / {r['batch']['per_device']}",
-        f"{tp['images_per_sec']:.2f}" if tp else "-",
-        f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" if tp else "-",
-        f"{st['median_s'] * 1e3:.1f}" if st else "-", f"{st['cv']:.1%}" if st else "-",
-        f"{fl['achieved_per_s'] / 1e9:.1f}" if fl and fl.get("achieved_per_s") else "-",
-        f"{fl['utilisation']:.1%}" if fl and fl.get("utilisation") is not None else "-",
-        (html.escape(f"{price['price_per_hour']:.2f} {price['currency']} ({price['name']})") if price
-         else html.escape(c["reason"])),
-        f"{c['images_per_dollar']:,.0f}" if price else "-",
-        f"{c['cost_per_epoch']:,.2f}" if price else "-",
-        f"{c['cost_of_epochs']:,.2f}" if price else "-",
+        html.escape(run_label(r)), html.escape(r.status + (f": {r.reason}" if r.reason else "")),
+        f"{r.batch.global_} / {r.batch.per_device}",
+        f"{tp.images_per_sec:.2f}" if tp else "-",
+        f"{tp.ci95[0]:.2f}–{tp.ci95[1]:.2f}" if tp else "-",
+        f"{st.median_s * 1e3:.1f}" if st else "-", f"{st.cv:.1%}" if st else "-",
+        f"{fl.achieved_per_s / 1e9:.1f}" if fl and fl.achieved_per_s else "-",
+        f"{fl.utilisation:.1%}" if fl and fl.utilisation is not None else "-",
+        (html.escape(f"{price.price_per_hour:.2f} {price.currency} ({price.name})") if price
+         else html.escape(c.reason)),
+        money(c.images_per_dollar, ",.0f"), money(c.cost_per_epoch, ",.2f"), money(c.cost_of_epochs, ",.2f"),
         html.escape(_machine(r)),
     ]
-    row = "<tr" + (' class="warn"' if r["warnings"] else "") + ">" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+    row = "<tr" + (' class="warn"' if r.warnings else "") + ">" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
     warnings = "".join(f'<tr class="warn"><td class="warning" colspan="{len(cells)}">warning: {html.escape(w)}</td></tr>'
-                       for w in r["warnings"])
+                       for w in r.warnings)
     return row + warnings
 
 
-def _rounds_section(records: list[dict[str, Any]]) -> str:
-    trends = [f"<li>{html.escape(run_label(r))}: {html.escape(w)}</li>" for r in records for w in r["warnings"]
+def _rounds_section(records: list[Record]) -> str:
+    trends = [f"<li>{html.escape(run_label(r))}: {html.escape(w)}</li>" for r in records for w in r.warnings
               if "trended" in w]
     listed = f"<ul>{''.join(trends)}</ul>" if trends else "<p>No run's images/sec trended significantly over its rounds.</p>"
     return f"""<h2>Trials by round</h2><img src="{ROUNDS_PNG}" alt="images/sec of each trial against its round">
 {listed}"""
 
 
-def _training_section(records: list[dict[str, Any]]) -> str:
+def _training_section(records: list[tuple[Record, Training]]) -> str:
     if not records:
         return ""
     rows = []
-    for r in records:
-        t = r["training"]
-        reached, c = t["target_reached"], t["cost_to_target"]
-        cells = [html.escape(run_label(r)), html.escape(r["data"]["source"]), f"{t['target_top1']:.1%}",
-                 f"{t['best_eval_accuracy']:.2%} (epoch {t['best_epoch']})" if t["best_eval_accuracy"] is not None else "-",
-                 str(t["epochs_to_target"]) if reached else f"not reached in {t['epochs_run']}",
-                 f"{t['time_to_target_s'] / 3600:.4f}" if reached else "-",
-                 html.escape(f"{c['cost']:.4g} {c['currency']}") if c else "-",
-                 f"{t['train_images_per_sec']:.1f}" if t["train_images_per_sec"] else "-"]
+    for r, t in records:
+        reached, c = t.target_reached and t.time_to_target_s is not None, t.cost_to_target
+        cells = [html.escape(run_label(r)), html.escape(r.data.source), f"{t.target_top1:.1%}",
+                 f"{t.best_eval_accuracy:.2%} (epoch {t.best_epoch})" if t.best_eval_accuracy is not None else "-",
+                 str(t.epochs_to_target) if reached else f"not reached in {t.epochs_run}",
+                 f"{(t.time_to_target_s or 0.0) / 3600:.4f}" if reached else "-",
+                 html.escape(f"{c.cost:.4g} {c.currency}") if c else "-",
+                 f"{t.train_images_per_sec:.1f}" if t.train_images_per_sec else "-"]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return f"""<h2>Convergence: time and cost to accuracy</h2><img src="{ACCURACY_PNG}" alt="top-1 against epoch">
 <p>Time to target: wall time from the first step to the evaluation that reached the target (training,

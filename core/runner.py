@@ -7,6 +7,7 @@ other runs go on.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import uuid
@@ -14,9 +15,12 @@ from typing import Any, Callable, Iterator
 
 from . import config as configuration
 from . import distributed, environment, envs, footprint, records, stats
+from .blocks import Schedule as ScheduleBlock
+from .blocks import WorkerEnvironment
 from .config import RunConfig
+from .jsonform import from_json, to_json
 from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
-from .records import RunContext, TrialOutcome, build
+from .records import Record, RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .schedule import MIN_DECIDING_ROUNDS, Schedule
 from .schedule import slots as schedule_slots
@@ -40,7 +44,7 @@ class RunObserver:
         """The worker's report from inside a phase (at most about once a second); ``total`` None:
         the phase ends on time, not on a count."""
 
-    def finished(self, record: dict) -> None:
+    def finished(self, record: Record) -> None:
         """A trial ended; ``record`` is its run's record with every trial so far."""
 
     def note(self, text: str) -> None:
@@ -90,9 +94,9 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         handle.close()
 
 
-def execute(plans: list[Plan], on_records: Callable[[list[dict]], None],
+def execute(plans: list[Plan], on_records: Callable[[list[Record]], None],
             observer: RunObserver | None = None, schedule: Schedule | None = None,
-            create_envs: bool = True) -> list[dict]:
+            create_envs: bool = True) -> list[Record]:
     """Run every plan's trials in the schedule's order; return one record per plan.
 
     After every trial, ``on_records`` gets the records of every plan so far (a finished trial is
@@ -205,15 +209,16 @@ class ScheduledRun:
             setup = self.plans[index].setup
             python, described = envs.interpreter(setup, self.create_envs, observer.note)
             self.pythons[index] = python
-            self.contexts[index].worker = {**described, **({"added": list(setup.added)} if setup.added else {})}
+            self.contexts[index].worker = dataclasses.replace(described, added=list(setup.added) or None)
         return self.pythons[index]
 
     def _learn_worker(self, index: int) -> Callable[[dict], None]:
-        def learn(found: dict) -> None:
-            self.contexts[index].worker = {**(self.contexts[index].worker or {}), **found}
+        def learn(found: dict) -> None:  # what the worker read in its own Python, as JSON over its pipe
+            known = self.contexts[index].worker
+            self.contexts[index].worker = from_json(WorkerEnvironment, {**(to_json(known) if known else {}), **found})
         return learn
 
-    def records(self, final: bool = False) -> dict[int, dict]:
+    def records(self, final: bool = False) -> dict[int, Record]:
         """The record of every plan that has run (or was refused), by plan index; all when ``final``."""
         baselines: dict[str, float] = {}
         built = {}
@@ -221,21 +226,20 @@ class ScheduledRun:
             if not ctx.outcomes and not final:
                 continue
             if ctx.distributed is not None:
-                ctx.distributed["baseline_images_per_sec"] = baselines.get(_baseline_key(ctx.ref, ctx.config))
+                ctx.distributed.baseline_images_per_sec = baselines.get(_baseline_key(ctx.ref, ctx.config))
             ctx.schedule = self.schedule_block(index) if len(self.plans) > 1 or self.schedule.until else None
             record = build(ctx)
-            if record["throughput"] and ctx.config.workers == 1:
-                baselines[_baseline_key(ctx.ref, ctx.config)] = record["throughput"]["images_per_sec"]
+            if record.throughput and ctx.config.workers == 1:
+                baselines[_baseline_key(ctx.ref, ctx.config)] = record.throughput.images_per_sec
             built[index] = record
         return built
 
-    def schedule_block(self, index: int) -> dict[str, Any]:
+    def schedule_block(self, index: int) -> ScheduleBlock:
         rule = self.schedule.until
-        return {"kind": self.schedule.kind, "run_id": self.run_id, "rounds": self.rounds_run,
-                "plans": len(self.plans), "position": index,
-                "stop_rule": rule.describe() if rule else None, "max_time_s": self.schedule.time_budget_s,
-                "elapsed_s": time.monotonic() - self.started, "stop_reason": self.stop_reason or "running",
-                "looks": self.looks, "confidence": self.confidence}
+        return ScheduleBlock(self.schedule.kind, self.run_id, self.rounds_run, len(self.plans), index,
+                               stop_reason=self.stop_reason or "running", stop_rule=rule.describe() if rule else None,
+                               max_time_s=self.schedule.time_budget_s, elapsed_s=time.monotonic() - self.started,
+                               looks=self.looks, confidence=self.confidence)
 
 
 def _baseline_key(ref: BackendRef, config: RunConfig) -> str:

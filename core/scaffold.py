@@ -141,7 +141,7 @@ refuses what it cannot run, its steps are synced and its record validates."""
 
 def test_{name}_keeps_the_plugin_contract(accelbench_contract):
     record = accelbench_contract.check_all("{name}:model", global_batch=8)
-    assert record["status"] == "ok" and record["throughput"]["images_per_sec"] > 0
+    assert record.status == "ok" and record.images_per_sec() > 0
 '''
 
 

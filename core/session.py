@@ -10,7 +10,7 @@ import sys
 from . import environment, envs, footprint
 from .config import RunConfig
 from .planning import plan
-from .records import RunContext, TrialOutcome, build
+from .records import Record, RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .timing import StartupMarks, Timing
 from .workers import Worker
@@ -71,7 +71,7 @@ class BackendSession:
         self.losses.extend(timing.losses)
         return timing.losses[-1] if timing.losses else None
 
-    def record(self, timed_calls: int, warmup_calls: int, timed_by: str) -> dict:
+    def record(self, timed_calls: int, warmup_calls: int, timed_by: str) -> Record:
         """A record of the last ``timed_calls`` calls, timed in the worker by the core timing loop
         (so the host<->worker pipe is not counted, as in ``accelbench run``)."""
         per_call = self.prepared.steps_per_call

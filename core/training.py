@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from typing import Any, Callable
 
+from .blocks import CurvePoint, Training
 from .config import flag
 from .energy import EnergyUse, Meter
 from .errors import UsageError
@@ -85,22 +86,9 @@ class TrainSpec:
 
 
 @dataclass
-class EpochRow:
-    epoch_num: int
-    #: the rate of the epoch's last step
-    learning_rate: float
-    train_loss: float | None
-    train_time_s: float
-    wall_time_s: float
-    eval_accuracy: float | None = None
-    eval_top5_accuracy: float | None = None
-    eval_loss: float | None = None
-
-
-@dataclass
 class TrainingResult:
     steps_per_epoch: int
-    curve: list[EpochRow] = field(default_factory=list)
+    curve: list[CurvePoint] = field(default_factory=list)
     epochs_to_target: int | None = None
     time_to_target_s: float | None = None
     train_time_s: float = 0.0
@@ -133,7 +121,7 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
                            meter=meter if epoch > 1 else None, first_steps=epoch == 1)
         result.train_time_s += timing.wall_time_s
         finite = [x for x in timing.losses if x is not None]
-        row = EpochRow(epoch, rates[-1],
+        row = CurvePoint(epoch, rates[-1],
                        sum(finite) / len(finite) if finite else None, result.train_time_s,
                        time.perf_counter() - start)
         if epoch == 1:
@@ -181,7 +169,7 @@ def epoch_rates(spec: TrainSpec, epoch: int, steps_per_epoch: int, global_batch:
     return [spec.learning_rate(epoch - 1 + step / steps_per_epoch, global_batch) for step in range(steps_per_epoch)]
 
 
-def _evaluate(backend, row: EpochRow, result: TrainingResult, start: float) -> None:
+def _evaluate(backend, row: CurvePoint, result: TrainingResult, start: float) -> None:
     began = time.perf_counter()
     scores = backend.evaluate()
     result.eval_time_s += time.perf_counter() - began
@@ -189,30 +177,24 @@ def _evaluate(backend, row: EpochRow, result: TrainingResult, start: float) -> N
     row.wall_time_s = time.perf_counter() - start
 
 
-def summary(result: TrainingResult, spec: TrainSpec, global_batch: int) -> dict[str, Any]:
-    """The record's ``training`` block (its JSON form) from the worker's result."""
+def summary(result: TrainingResult, spec: TrainSpec, global_batch: int,
+            preprocessing: dict[str, Any] | None = None) -> Training:
+    """The record's ``training`` block from the worker's result (no cost yet: ``accelbench.cost``
+    prices it)."""
     evaluated = [row for row in result.curve if row.eval_accuracy is not None]
     best = max(evaluated, key=lambda row: row.eval_accuracy or 0.0, default=None)
     epochs = len(result.curve)
-    return {
-        "dataset": spec.dataset,
-        "target_top1": spec.target_top1,
-        "target_reached": result.epochs_to_target is not None,
-        "epochs_to_target": result.epochs_to_target,
-        "time_to_target_s": result.time_to_target_s,
-        "best_eval_accuracy": best.eval_accuracy if best else None,
-        "best_epoch": best.epoch_num if best else None,
-        "epochs_run": epochs,
-        "wall_time_s": result.wall_time_s,
-        "train_time_s": result.train_time_s,
-        "eval_time_s": result.eval_time_s,
-        "train_images_per_sec": epochs * result.steps_per_epoch * global_batch / result.train_time_s
+    return Training(
+        dataset=spec.dataset, target_top1=spec.target_top1, target_reached=result.epochs_to_target is not None,
+        epochs_to_target=result.epochs_to_target, time_to_target_s=result.time_to_target_s,
+        best_eval_accuracy=best.eval_accuracy if best else None, best_epoch=best.epoch_num if best else None,
+        epochs_run=epochs, wall_time_s=result.wall_time_s, train_time_s=result.train_time_s,
+        eval_time_s=result.eval_time_s,
+        train_images_per_sec=epochs * result.steps_per_epoch * global_batch / result.train_time_s
         if result.train_time_s > 0 else None,
-        "global_batch_size": global_batch,
-        "opt_base_learning_rate": spec.peak_learning_rate(global_batch),
-        "recipe": spec.to_dict(),
-        "curve": [asdict(row) for row in result.curve],
-    }
+        global_batch_size=global_batch, opt_base_learning_rate=spec.peak_learning_rate(global_batch),
+        recipe=spec.to_dict(), curve=list(result.curve),
+        preprocessing=preprocessing or {})
 
 
 def run_config_data(dataset: dict[str, Any], run: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:

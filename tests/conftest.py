@@ -63,9 +63,28 @@ def load_records(path: Path) -> list[dict]:
     return json.loads(Path(path).read_text())["records"]
 
 
+def a_record(**changes):
+    """A real, typed record (the 1.10.0 fixture's first: the fixed-time backend at batch 8) with
+    these fields replaced, for tests that give core known inputs."""
+    import dataclasses
+
+    from accelbench.records import Record
+
+    fixture = Path(__file__).parent / "fixtures" / "records-1.10.0.json"
+    return dataclasses.replace(Record.from_json(json.loads(fixture.read_text())["records"][0]), **changes)
+
+
+def throughput_of(images_per_sec: float):
+    """A record's throughput block holding just this rate (no interval: one sample)."""
+    from accelbench.records import Throughput
+
+    return Throughput(images_per_sec, 100, 100 / images_per_sec, (images_per_sec, images_per_sec), "one sample")
+
+
 def run_backend(plugin: str, **config) -> dict:
     """Run one built-in backend through the host (worker process, timing loop) and return its
-    schema-checked record. Small shapes by default, so tests take seconds."""
+    schema-checked record in its JSON form, as a results file holds it. Small shapes by default,
+    so tests take seconds."""
     from accelbench import records, runner
     from accelbench.config import RunConfig
     from accelbench.registry import PluginHost
@@ -73,7 +92,7 @@ def run_backend(plugin: str, **config) -> dict:
     defaults = dict(image_size=32, num_classes=10, global_batch=8, warmup_steps=1, timed_steps=5)
     refs = PluginHost().select([plugin])
     [record] = runner.execute(runner.plan(refs, RunConfig(**{**defaults, **config})), records.check_all)
-    return record
+    return record.to_json()
 
 
 def assert_cpu_footprint(record: dict) -> None:

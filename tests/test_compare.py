@@ -8,7 +8,7 @@ from conftest import load_records
 
 
 def sleepy_record(scale: float = 1.0, noise: float = 0.0, seed: int = 0, steps: int = 40, trials: int = 1,
-                  step_ms: float = 5) -> dict:
+                  step_ms: float = 5):
     from accelbench import records, runner
     from accelbench.config import RunConfig
     from accelbench.registry import PluginHost
@@ -25,16 +25,22 @@ def _testplugins_on_path(testplugins_path, monkeypatch):
     monkeypatch.syspath_prepend(str(testplugins_path))
 
 
-def with_trial_walls(record: dict, walls: list[float]) -> dict:
+def with_trial_walls(record, walls: list[float]):
     """A copy of a real record whose trials took exactly these wall times (and its pooled
     throughput with them): the statistics get known inputs, not a loaded machine's timing."""
     import copy
     record = copy.deepcopy(record)
-    for trial, wall in zip(record["trials"], walls, strict=True):
-        trial["step_times_s"] = [wall / len(trial["step_times_s"])] * len(trial["step_times_s"])
-        trial["wall_time_s"], trial["images_per_sec"] = wall, trial["images"] / wall
-    record["throughput"]["images_per_sec"] = sum(t["images"] for t in record["trials"]) / sum(walls)
+    for trial, wall in zip(record.trials, walls, strict=True):
+        trial.step_times_s = [wall / len(trial.step_times_s)] * len(trial.step_times_s)
+        trial.wall_time_s, trial.images_per_sec = wall, trial.images / wall
+    record.throughput.images_per_sec = sum(t.images for t in record.trials) / sum(walls)
     return record
+
+
+def keep_trials(record, trials: int) -> None:
+    """Only the first ``trials`` trials of the record, and its pooled throughput over them."""
+    del record.trials[trials:]
+    record.throughput.images_per_sec = sum(t.images for t in record.trials) / sum(t.wall_time_s for t in record.trials)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +71,7 @@ def test_measured_runs_of_known_speed_compare_at_their_ratio():
     base = sleepy_record(trials=3, steps=10, step_ms=20)
     other = sleepy_record(scale=1.25, trials=3, steps=10, step_ms=20)
     [result] = compare([Run("base", base), Run("other", other)], tolerance=0.03)
-    assert result.ratio == pytest.approx(base["throughput"]["images_per_sec"] / other["throughput"]["images_per_sec"])
+    assert result.ratio == pytest.approx(base.throughput.images_per_sec / other.throughput.images_per_sec)
     assert result.ratio == pytest.approx(1.25, rel=0.05)
     assert result.verdict == "outside", (result.ratio, result.ci95)
 
@@ -89,9 +95,7 @@ def test_few_noisy_trials_are_undecided_by_their_own_spread(five_trials, trials)
     base = with_trial_walls(five_trials, [0.400, 0.416, 0.386, 0.404, 0.395])
     other = with_trial_walls(five_trials, [1.01 * w for w in (0.392, 0.410, 0.401, 0.385, 0.420)])
     for record in (base, other):
-        del record["trials"][trials:]
-        record["throughput"]["images_per_sec"] = (sum(t["images"] for t in record["trials"])
-                                                  / sum(t["wall_time_s"] for t in record["trials"]))
+        keep_trials(record, trials)
     [result] = compare([Run("base", base), Run("other", other)], tolerance=0.03)
     assert result.analysis == UNPAIRED_ANALYSIS and result.samples == f"{trials} vs {trials} trials"
     assert result.verdict == "undecided", (result.ratio, result.ci95)
@@ -105,9 +109,7 @@ def test_two_trials_a_side_do_not_make_a_narrow_interval(five_trials):
     base = with_trial_walls(five_trials, [0.400, 0.404, 0.4, 0.4, 0.4])
     other = with_trial_walls(five_trials, [0.402, 0.406, 0.4, 0.4, 0.4])
     for record in (base, other):
-        del record["trials"][2:]
-        record["throughput"]["images_per_sec"] = (sum(t["images"] for t in record["trials"])
-                                                  / sum(t["wall_time_s"] for t in record["trials"]))
+        keep_trials(record, 2)
     [result] = compare([Run("base", base), Run("other", other)], tolerance=0.03)
     assert (result.ci95[0] < 0.97 or result.ci95[1] > 1.03) and result.verdict == "undecided", result.ci95
 

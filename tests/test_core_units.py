@@ -283,8 +283,9 @@ def test_a_record_without_a_peak_says_why_and_the_table_says_how_to_get_one(monk
     flops = records.Flops(per_image=1e9, achieved_per_s=5e10)
     assert records.add_utilisation(flops, None, "cpu") is None
     assert flops.utilisation is None and "run `accelbench peak`" in flops.peak_reason
-    record = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][0]
-    record["flops"] = {"per_image": 1e9, "achieved_per_s": 5e10, "peak_reason": flops.peak_reason}
+    record = records.Record.from_json(
+        json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][0])
+    record.flops = flops
     out = Console(width=200, record=True)
     ResultsTable([record]).print(out)
     assert "no peak to compare with for sleepy:fixed-time (fp32): `accelbench peak` measures" in out.export_text()

@@ -6,7 +6,7 @@ import re
 import pytest
 from accelbench import cost, environment, validation
 from accelbench.errors import UsageError
-from conftest import load_records
+from conftest import a_record, load_records, throughput_of
 
 
 def test_images_per_dollar_from_the_study_inputs():
@@ -29,15 +29,18 @@ def test_cost_per_epoch_uses_the_imagenet_epoch():
     assert cost.cost_of_epochs(90, 3186, 6.50) == pytest.approx(90 * 1_281_167 / 3186 / 3600 * 6.50)
 
 
-def record_on(kind: str, count: int, name: str, ips: float = 100.0) -> dict:
-    return {"status": "ok", "device": {"kind": kind, "count": count, "name": name},
-            "throughput": {"images_per_sec": ips}}
+def record_on(kind: str, count: int, name: str, ips: float = 100.0):
+    """A real record as if it had run on this device at this speed."""
+    import dataclasses
+
+    record = a_record(throughput=throughput_of(ips))
+    return dataclasses.replace(record, device=dataclasses.replace(record.device, kind=kind, count=count, name=name))
 
 
 def test_a_record_with_no_matching_price_says_no_price():
     catalogue = cost.load_catalogue()
     block = cost.cost_block(record_on("cpu", 1, "AMD EPYC"), cost.choose_price(record_on("cpu", 1, "AMD EPYC"), catalogue, None))
-    assert block == {"price": None, "reason": "no price for cpu x1 AMD EPYC"}
+    assert block == cost.Cost(None, "no price for cpu x1 AMD EPYC")
 
 
 def test_catalogue_matches_device_and_user_file_overrides(tmp_path):
@@ -50,7 +53,7 @@ def test_catalogue_matches_device_and_user_file_overrides(tmp_path):
     mine.write_text(json.dumps({"schema_version": "1.0.0", "entries": [entry]}))
     price = cost.choose_price(v100, cost.load_catalogue(mine), None)
     assert (price.price_per_hour, price.pricing) == (7.50, "reserved")
-    assert cost.cost_block(v100, price)["images_per_dollar"] == pytest.approx(3128 * 3600 / 7.50)
+    assert cost.cost_block(v100, price).images_per_dollar == pytest.approx(3128 * 3600 / 7.50)
     assert cost.choose_price(record_on("gpu", 8, "Tesla V100"), cost.load_catalogue(mine), None) is None
 
 
@@ -95,9 +98,9 @@ def test_sweep_figure_has_one_point_per_record():
     from accelbench import report
 
     def rec(batch, ips):
-        return {"plugin": {"name": "p"}, "backend": {"name": "b"}, "precision": "fp32", "model": {"variant": "v1"},
-                "device": {"kind": "cpu", "count": 1}, "image_size": 224, "batch": {"global": batch},
-                "throughput": {"images_per_sec": ips}}
+        record = a_record(image_size=224, throughput=throughput_of(ips))
+        record.batch.global_ = batch
+        return record
 
     records = [rec(16, 9.0), rec(8, 7.0), rec(32, 10.5)]
     figure = report.sweep_figure(records, report.study_reference())
@@ -152,11 +155,13 @@ def test_report_shows_the_comparison_and_groups_workloads(accelbench_cli, tmp_pa
 
 def test_figure_titles_fit_their_figures():
     from accelbench import cost, report
+    from accelbench.blocks import Cost, PriceRef
+    from accelbench.records import ModelRef, Named
 
-    record = {"plugin": {"name": "a-plugin-with-a-long-name"}, "backend": {"name": "and-a-long-backend-name"},
-              "precision": "bf16", "model": {"name": "resnet50", "variant": "v1.5"},
-              "device": {"kind": "cpu", "count": 1}, "image_size": 224, "batch": {"global": 8},
-              "throughput": {"images_per_sec": 7.0}, "cost": {"price": {"x": 1}, "images_per_dollar": 50_000.0}}
+    record = a_record(plugin=Named("a-plugin-with-a-long-name", "1"), backend=Named("and-a-long-backend-name", "1"),
+                      precision="bf16", model=ModelRef("resnet50", "v1.5"), image_size=224,
+                      throughput=throughput_of(7.0),
+                      cost=Cost(PriceRef("x", 1.0, "USD", "on-demand", "test"), "", images_per_dollar=50_000.0))
     catalogue = cost.load_catalogue(None)
     for figure in (report.dollars_figure([record], report.study_reference(), catalogue),
                    report.sweep_figure([record], report.study_reference(), "Throughput against batch: resnet50 v1.5")):

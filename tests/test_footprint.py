@@ -222,7 +222,10 @@ def test_a_price_per_kwh_that_is_not_positive_is_refused_before_any_worker_start
 
 def test_a_record_without_an_energy_figure_gets_an_energy_price_with_the_reason():
     from accelbench import cost
+    from accelbench.blocks import EnergyCost
+    from accelbench.footprint import Energy
+    from conftest import a_record
 
-    block = cost.energy_cost_block({"energy": {"joules_per_image": None, "reason": "no RAPL"}}, 0.3)
-    assert block == {"price_per_kwh": 0.3, "currency": "USD", "per_image": None, "per_epoch": None, "reason": "no RAPL"}
-    assert cost.energy_cost_block({}, 0.3)["reason"].startswith("the record has no energy figure")
+    block = cost.energy_cost_block(a_record(energy=Energy(None, None, None, None, reason="no RAPL")), 0.3)
+    assert block == EnergyCost(0.3, "USD", None, None, reason="no RAPL")
+    assert str(cost.energy_cost_block(a_record(energy=None), 0.3).reason).startswith("the record has no energy figure")

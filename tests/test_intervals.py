@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from accelbench import stats
 from accelbench.compare import _unpaired
+from conftest import a_record, throughput_of
 
 SIMULATIONS = 1000
 NOISE = 0.03
@@ -17,11 +18,14 @@ IMAGES = 800
 
 
 def run_record(rates):
-    """The fields the unpaired analysis reads, for trials of these rates."""
+    """A record whose trials ran at these rates (what the unpaired analysis reads)."""
+    from accelbench.records import TrialRow
+
     walls = [IMAGES / r for r in rates]
-    trials = [{"images": IMAGES, "wall_time_s": w, "step_times_s": [w / 100] * 100} for w in walls]
-    return {"trials": trials, "batch": {"global": IMAGES // 100},
-            "throughput": {"images_per_sec": IMAGES * len(rates) / sum(walls)}}
+    trials = [TrialRow(i, "ok", "", IMAGES, w, IMAGES / w, [w / 100] * 100, []) for i, w in enumerate(walls)]
+    record = a_record(trials=trials, throughput=throughput_of(IMAGES * len(rates) / sum(walls)))
+    record.batch.global_ = IMAGES // 100
+    return record
 
 
 def coverage(interval_of, truth, n, seed):

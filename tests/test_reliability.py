@@ -233,13 +233,13 @@ def test_a_writer_that_cannot_get_the_lock_keeps_its_records_beside_the_file(tmp
 
     shared = tmp_path / "shared.json"
     [record] = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][:1]
-    record = {**record, "schema_version": records.validation.RESULT_SCHEMA_VERSION}
+    record = records.Record.from_json({**record, "schema_version": records.validation.RESULT_SCHEMA_VERSION})
     monkeypatch.setattr(records.ResultsWriter, "LOCK_TIMEOUT_S", 0.2)
     with open(tmp_path / "shared.json.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another writer, stuck
         written = records.ResultsWriter(shared).write([record])
     assert written != shared and not shared.exists()
-    assert json.loads(written.read_text())["records"] == [record]
+    assert json.loads(written.read_text())["records"] == [record.to_json()]
     assert f"this run's records are in {written}" in capsys.readouterr().err
 
 
@@ -248,12 +248,13 @@ def test_two_writers_merge_and_each_replaces_only_its_own_records(tmp_path):
 
     shared = tmp_path / "shared.json"
     base = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"]
-    a1, a2, b1 = ({**r, "schema_version": records.validation.RESULT_SCHEMA_VERSION, "warnings": [tag]}
+    a1, a2, b1 = (records.Record.from_json({**r, "schema_version": records.validation.RESULT_SCHEMA_VERSION,
+                                            "warnings": [tag]})
                   for r, tag in zip([base[0], base[0], base[1]], ["a1", "a2", "b1"]))
     first, second = records.ResultsWriter(shared), records.ResultsWriter(shared)
     first.write([a1])
     second.write([b1])
     first.write([a2])  # a1 grew into a2: replaced, b1 kept
-    assert json.loads(shared.read_text())["records"] == [b1, a2]
+    assert json.loads(shared.read_text())["records"] == [b1.to_json(), a2.to_json()]
     records.ResultsWriter(shared, force=True).write([a1])
-    assert json.loads(shared.read_text())["records"] == [a1]
+    assert json.loads(shared.read_text())["records"] == [a1.to_json()]

@@ -43,7 +43,10 @@ def drifting(rate: float = 0.03) -> tuple[str, ...]:
 
 
 def paired(records):
-    [result] = compare([Run("a", records[0]), Run("b", records[1])], tolerance=0.03)
+    """The comparison of two records read from a results file."""
+    from accelbench.records import Record
+
+    [result] = compare([Run("a", Record.from_json(records[0])), Run("b", Record.from_json(records[1]))], tolerance=0.03)
     return result
 
 

@@ -58,3 +58,30 @@ def test_the_schemas_constrain_the_shape_of_names_not_their_values():
     record["precision"] = "two words"
     assert validation.errors("result", record) == [
         "$.precision: 'two words' does not match '^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$'"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_earlier_version_reads_into_the_typed_record(version):
+    """Every version's records read into ``Record`` (keys absent from older versions read as
+    None) and give back the same JSON they were read from."""
+    from accelbench.records import ResultsDocument
+
+    document = json.loads(fixture(version).read_text())
+    read = ResultsDocument.from_json(document)
+    assert [r.schema_version for r in read.records] == [version, version]
+    assert [r.batch.global_ for r in read.records] == [8, 16]
+    assert all(r.ok and r.throughput and r.throughput.images_per_sec > 0 for r in read.records)
+    assert read.to_json() == document
+
+
+def test_a_key_no_version_declares_is_named(tmp_path):
+    from accelbench.jsonform import FormError
+    from accelbench.records import Record
+
+    record = json.loads(fixture(VERSIONS[-1]).read_text())["records"][0]
+    with pytest.raises(FormError, match=r"Record.throughput: unexpected key 'speed'"):
+        Record.from_json({**record, "throughput": {**record["throughput"], "speed": 1}})
+    with pytest.raises(FormError, match=r"Record.trials\[0\].images: expected int, got str"):
+        Record.from_json({**record, "trials": [{**record["trials"][0], "images": "40"}]})
+    with pytest.raises(TypeError, match=r"record\.status"):
+        Record.from_json(record)["status"]

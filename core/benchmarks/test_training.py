@@ -12,6 +12,6 @@ def test_training_step(accelbench_benchmark, accelbench_backend, accelbench_batc
                                   warmup_rounds=accelbench_options["warmup"], global_batch=accelbench_batch,
                                   **accelbench_options["config"])
     if record is not None:
-        assert record["status"] == "ok"
-        assert record["throughput"]["images"] == accelbench_batch * accelbench_options["rounds"] \
-            * record["steps"]["steps_per_sample"]
+        assert record.status == "ok" and record.throughput is not None
+        assert record.throughput.images == accelbench_batch * accelbench_options["rounds"] \
+            * record.steps.steps_per_sample

@@ -1,0 +1,229 @@
+"""The typed blocks of a record that other rooms fill in: the machine and software
+(``Environment``), a multi-worker run (``Distributed``), the schedule a record's trials ran in
+(``Schedule``), train mode's time to accuracy (``Training``), what a run cost (``Cost``), and a
+lockstep trial's blocks (``Block``). Their JSON form is ``accelbench.jsonform``'s; the result
+schema (``schemas/result.schema.json``) says what each field means."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .jsonform import omitted_while_none, the_rest
+
+
+@dataclass
+class Lock:
+    """Every distribution installed in a Python, that Python's version, and a hash of both."""
+
+    python: str
+    distributions: list[str]
+    sha256: str
+
+
+@dataclass
+class Accelerator:
+    kind: str
+    name: str
+    driver: str = ""
+    memory: str = ""
+    path: str | None = omitted_while_none()
+    #: what other tools' records added
+    more: dict[str, Any] = the_rest()
+
+
+@dataclass
+class WorkerEnvironment:
+    """The Python the workers ran when it was not the host's, and what was installed there."""
+
+    kind: str
+    python: str
+    key: str | None = omitted_while_none()
+    requirements: list[str] | None = omitted_while_none()
+    plugin: str | None = omitted_while_none()
+    added: list[str] | None = omitted_while_none()
+    python_version: str | None = omitted_while_none()
+    packages: dict[str, str] | None = omitted_while_none()
+    lock: Lock | None = omitted_while_none()
+
+
+@dataclass(kw_only=True)
+class Environment:
+    """The machine and software that produced a record (``accelbench.environment.collect``), its
+    fields in the order records have always written them."""
+
+    hostname: str
+    cpu_model: str
+    #: the vector and matrix units that decide a framework's kernels (absent in the oldest records)
+    cpu_flags: list[str] | None = omitted_while_none()
+    cpu_cores: int
+    memory_bytes: int
+    memory_returned_to_host: bool | None = omitted_while_none()
+    os: str
+    python: str
+    packages: dict[str, str]
+    accelerators: list[Accelerator]
+    lock: Lock | None = omitted_while_none()
+    worker: WorkerEnvironment | None = omitted_while_none()
+    #: keys a newer writer added
+    more: dict[str, Any] = the_rest()
+
+    def accelerators_of(self, kind: str) -> list[Accelerator]:
+        return [a for a in self.accelerators if a.kind == kind]
+
+
+@dataclass
+class WorkerRow:
+    """One worker of a multi-worker run, as its process timed its steps."""
+
+    rank: int
+    status: str
+    images: int | None
+    wall_time_s: float | None
+    images_per_sec: float | None
+    step_times_s: list[float]
+    #: what the backend's ``teardown`` returned (e.g. a weights checksum)
+    final: dict[str, Any]
+    host: str | None = omitted_while_none()
+    local_rank: int | None = omitted_while_none()
+
+
+@dataclass
+class Distributed:
+    """A multi-worker run: global images/sec = all workers' images / the slowest worker's wall time."""
+
+    engine: str
+    workers: int
+    per_worker_batch: int
+    per_worker: list[WorkerRow]
+    baseline_images_per_sec: float | None
+    scaling_efficiency: float | None
+    network: str | None = omitted_while_none()
+    hosts: list[str] | None = omitted_while_none()
+
+
+@dataclass
+class LockstepSettings:
+    blocks_per_pair: int
+    block_s: float
+    when_busy: str
+    busy_share: float
+    allocation: str | None = omitted_while_none()
+
+
+@dataclass
+class Schedule:
+    """How a record's trials were ordered among the other runs of one invocation."""
+
+    kind: str
+    run_id: str
+    rounds: int
+    plans: int
+    position: int
+    stop_reason: str
+    stop_rule: str | None = None
+    max_time_s: float | None = None
+    elapsed_s: float | None = omitted_while_none()
+    looks: int | None = omitted_while_none()
+    confidence: float | None = omitted_while_none()
+    lockstep: LockstepSettings | None = omitted_while_none()
+
+    def paired_with(self, other: Schedule | None) -> bool:
+        """Both ran in one interleaved or lockstep run: their trials pair by round."""
+        return (other is not None and self.run_id == other.run_id and self.kind == other.kind
+                and self.kind in ("interleaved", "lockstep"))
+
+
+@dataclass
+class CurvePoint:
+    """One epoch of a train-mode run (MLPerf's key names)."""
+
+    epoch_num: int
+    learning_rate: float
+    train_loss: float | None
+    train_time_s: float
+    wall_time_s: float
+    eval_accuracy: float | None = None
+    eval_top5_accuracy: float | None = None
+    eval_loss: float | None = None
+
+
+@dataclass
+class CostToTarget:
+    price_per_hour: float
+    currency: str
+    hours: float
+    cost: float
+
+
+@dataclass
+class Training:
+    """Train mode: time to accuracy on a real dataset (``accelbench.training``)."""
+
+    dataset: str
+    target_top1: float
+    target_reached: bool
+    epochs_to_target: int | None
+    time_to_target_s: float | None
+    best_eval_accuracy: float | None
+    best_epoch: int | None
+    epochs_run: int
+    wall_time_s: float
+    train_time_s: float
+    eval_time_s: float
+    train_images_per_sec: float | None
+    global_batch_size: int
+    opt_base_learning_rate: float
+    #: the TrainSpec the run followed, every field
+    recipe: dict[str, Any]
+    curve: list[CurvePoint]
+    #: what the backend's input pipelines did (free-form per framework)
+    preprocessing: dict[str, Any] = field(default_factory=dict)
+    cost_to_target: CostToTarget | None = None
+
+
+@dataclass
+class PriceRef:
+    name: str
+    price_per_hour: float
+    currency: str
+    pricing: str
+    source: str
+
+
+@dataclass
+class EnergyCost:
+    price_per_kwh: float
+    currency: str
+    per_image: float | None
+    per_epoch: float | None
+    reason: str | None = omitted_while_none()
+
+
+@dataclass
+class Cost:
+    """Cost-performance at a price (``accelbench.cost``); no price: no figure, and the reason."""
+
+    price: PriceRef | None
+    reason: str
+    images_per_dollar: float | None = omitted_while_none()
+    cost_per_epoch: float | None = omitted_while_none()
+    epochs: int | None = omitted_while_none()
+    cost_of_epochs: float | None = omitted_while_none()
+    epoch_images: int | None = omitted_while_none()
+    energy: EnergyCost | None = omitted_while_none()
+
+
+@dataclass
+class Block:
+    """One block of one lockstep side: when it ran, what it timed, and what the machine did meanwhile."""
+
+    round: int
+    steps: int
+    seconds: float | None
+    #: seconds since the run started
+    started_s: float
+    foreign_share: float | None = None
+    steal_share: float | None = None
+    #: False: the block was busy and run again (``--when-busy wait``); its steps are not in the timing
+    counted: bool = True
