@@ -291,7 +291,15 @@ def _paired_rates(a: Record, b: Record) -> tuple[list[float], list[float], list[
         return None
     rates_a = [rate for r in common if (rate := rounds_a[r].images_per_sec)]
     rates_b = [rate for r in common if (rate := rounds_b[r].images_per_sec)]
-    return rates_a, rates_b, [str(rounds_a[r].started_utc) < str(rounds_b[r].started_utc) for r in common]
+    return rates_a, rates_b, [_ran_first(rounds_a[r], rounds_b[r]) for r in common]
+
+
+def _ran_first(a: TrialRow, b: TrialRow) -> bool:
+    """Whether A's trial ran before B's in their round: their positions (since result schema
+    1.12), else their start times (records of earlier versions)."""
+    if a.position is not None and b.position is not None:
+        return a.position < b.position
+    return str(a.started_utc) < str(b.started_utc)
 
 
 def common_rounds(a: Record, b: Record) -> list[int]:

@@ -233,9 +233,9 @@ class LockstepRun(ScheduledRun):
                 self._blocks(sides, observer)
                 self._measure_pair(sides, blocks_started - opened, time.monotonic() - blocks_started)
                 self._teardown(sides, observer)
-            for side in sides:
+            for position, side in enumerate(sides):  # the order of the pair's first block
                 if side.index not in self._failed_now and any(b.counted for b in side.blocks):
-                    self._keep(side.index, side.outcome(), pair)
+                    self._keep(side.index, side.outcome(), pair, position)
         finally:
             for side in sides:
                 side.close()
@@ -361,8 +361,8 @@ class LockstepRun(ScheduledRun):
         self._failed_now.add(index)
         self._keep(index, outcome, self.rounds_run)
 
-    def _keep(self, index: int, outcome: TrialOutcome, pair: int) -> None:
-        outcome.round, outcome.ended_utc = pair, records.utc_now("milliseconds")
+    def _keep(self, index: int, outcome: TrialOutcome, pair: int, position: int | None = None) -> None:
+        outcome.round, outcome.position, outcome.ended_utc = pair, position, records.utc_now("milliseconds")
         self.contexts[index].outcomes.append(outcome)
         self.finished[index] = self.finished[index] or outcome.status != "ok"
 

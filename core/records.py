@@ -47,6 +47,8 @@ class TrialOutcome:
     training: TrainingResult | None = None
     #: the schedule's round this trial ran in (a lockstep run's pair), and when it started and ended (UTC)
     round: int | None = None
+    #: its place in that round (0: it ran first)
+    position: int | None = None
     started_utc: str | None = None
     ended_utc: str | None = None
     #: a lockstep trial's blocks, counted or not
@@ -135,6 +137,8 @@ class TrialRow:
     losses: list[float | None]
     warmup_steps: int | None = omitted_while_none()
     round: int | None = omitted_while_none()
+    #: its place in its round, 0 for the trial that ran first (since 1.12)
+    position: int | None = omitted_while_none()
     started_utc: str | None = omitted_while_none()
     ended_utc: str | None = omitted_while_none()
     process: ProcessUsage | None = omitted_while_none()
@@ -149,7 +153,7 @@ class TrialRow:
         """``batch`` images per step, as the trial's process timed them."""
         timing = outcome.timing
         row = cls(index, outcome.status, outcome.reason, None, None, None, [], [], round=outcome.round,
-                  started_utc=outcome.started_utc, ended_utc=outcome.ended_utc, blocks=outcome.blocks)
+                  position=outcome.position, started_utc=outcome.started_utc, ended_utc=outcome.ended_utc, blocks=outcome.blocks)
         if not timing:
             return row
         images = batch * timing.timed_steps
@@ -290,7 +294,8 @@ def build(ctx: RunContext) -> Record:
         if not problems:
             return record
     reason = f"the backend's results broke the result schema: {problems[0]}"
-    failed = [TrialOutcome("failed", reason, round=o.round, started_utc=o.started_utc, ended_utc=o.ended_utc)
+    failed = [TrialOutcome("failed", reason, round=o.round, position=o.position, started_utc=o.started_utc,
+                           ended_utc=o.ended_utc)
               for o in ctx.outcomes] or [TrialOutcome("failed", reason)]
     return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule,
                                 worker=ctx.worker))

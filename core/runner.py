@@ -134,6 +134,8 @@ class ScheduledRun:
                 self.finished[index] = True
         self.run_id, self.started = uuid.uuid4().hex, time.monotonic()
         self.rounds_run, self.stop_reason, self.looks = 0, "", 0
+        #: trials started in each round so far: the next one's place in its round
+        self.started_in_round: dict[int, int] = {}
         #: the confidence of the intervals at the last look (``until``), which the records keep so
         #: that ``compare`` reads them as the run did
         self.confidence = 0.95
@@ -188,6 +190,7 @@ class ScheduledRun:
         ctx, trial = self.contexts[index], len(self.contexts[index].outcomes)
         progress = _trial_progress(ctx, trial, observer)
         started = records.utc_now("milliseconds")
+        position = self.started_in_round[round_index] = self.started_in_round.get(round_index, -1) + 1
         try:
             python = self._python(index, observer)
         except envs.EnvironmentError_ as exc:
@@ -198,7 +201,8 @@ class ScheduledRun:
                 outcome = distributed.local_trial(ctx, progress, python)
             else:
                 outcome = run_trial(ctx.ref, ctx.config, progress, python, learn)
-        outcome.round, outcome.started_utc, outcome.ended_utc = round_index, started, records.utc_now("milliseconds")
+        outcome.round, outcome.position = round_index, position
+        outcome.started_utc, outcome.ended_utc = started, records.utc_now("milliseconds")
         ctx.outcomes.append(outcome)
         self.finished[index] = outcome.status != "ok"
         self.rounds_run = max(self.rounds_run, round_index + 1)

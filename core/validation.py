@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import UsageError
 
-RESULT_SCHEMA_VERSION = "1.11.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
+RESULT_SCHEMA_VERSION = "1.12.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
 #                                  1.3: interleaved schedule (schedule, trial round/times, trend);
 #                                  1.4: model, variant, precision, device kind and engine are any
 #                                  identifier a plugin declares (were closed lists);
@@ -22,7 +22,8 @@ RESULT_SCHEMA_VERSION = "1.11.0"  # 1.1: optional cost block; 1.2: train mode (m
 #                                  1.10: throughput.ci_method "t-interval on log trial rates",
 #                                  environment.worker.plugin (the plugin distribution an environment holds);
 #                                  1.11: memory, energy and startup blocks, trials' startup and energy_j,
-#                                  process.peak_resident_bytes
+#                                  process.peak_resident_bytes;
+#                                  1.12: trials' position (each round's order, read by compare)
 
 
 @cache

@@ -63,6 +63,13 @@ def load_records(path: Path) -> list[dict]:
     return json.loads(Path(path).read_text())["records"]
 
 
+def executed(plans) -> list[dict]:
+    """Run the plans through the host as ``accelbench run`` does; their records' JSON form."""
+    from accelbench import records, runner
+
+    return [record.to_json() for record in runner.execute(plans, records.check_all)]
+
+
 def a_record(**changes):
     """A real, typed record (the 1.10.0 fixture's first: the fixed-time backend at batch 8) with
     these fields replaced, for tests that give core known inputs."""

@@ -364,9 +364,9 @@ def test_a_plugin_that_runs_loops_of_steps_takes_its_lockstep_blocks_in_whole_lo
         plugin.close()
     assert images == 20 and seconds == pytest.approx(2 * 0.050, rel=0.25)
     # the warm-up's call, and core's one timed call after it that sizes blocks
-    assert record["steps"]["warmup"] == 5 + 5 and record["steps"]["timed"] == 10
-    assert record["throughput"]["images_per_sec"] == pytest.approx(images / seconds)
-    assert record["settings"]["timed_by"] == "test"
+    assert record.steps.warmup == 5 + 5 and record.steps.timed == 10
+    assert record.images_per_sec() == pytest.approx(images / seconds)
+    assert record.settings["timed_by"] == "test"
     with pytest.raises(SystemExit, match="runs 5 steps a call; a warm-up of 3 is not whole calls"):
         lockstep.PluginSide(args, 2, warmup=3)
 

@@ -3,6 +3,7 @@ whose commands parse, the site builds strictly, every measured figure on it is r
 committed results file, and the terminal's tables keep their key columns at 80 and 100 columns."""
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -156,9 +157,9 @@ def test_every_schema_field_is_described():
 
 def narrow_records():
     rs = records.read_results(next(p for p in sorted(RESULTS.rglob("*.json")) if p.stem.endswith("lockstep-hog")))
-    failed = copy.deepcopy(rs[0])
-    failed.update(status="unavailable", reason="bf16 needs AVX-512", throughput=None, step_time=None, flops=None)
-    failed["plugin"]["name"] = "tpu_official"
+    failed = dataclasses.replace(copy.deepcopy(rs[0]), status="unavailable", reason="bf16 needs AVX-512",
+                                 throughput=None, step_time=None, flops=None)
+    failed.plugin.name = "tpu_official"
     return rs + [failed]
 
 
@@ -173,11 +174,11 @@ def test_key_columns_are_never_cut_at_80_and_100_columns(width):
     assert "device" not in text.splitlines()[2]  # folded: the key columns only
     assert "…" not in text
     for r in rs:
-        row = next(line for line in text.splitlines() if f"{r['plugin']['name']}:resnet50 " in line and "│" in line)
-        assert r["status"] in row
-        if r["throughput"]:
-            tp = r["throughput"]
-            assert f"{tp['images_per_sec']:.2f}" in row and f"{tp['ci95'][0]:.2f}–{tp['ci95'][1]:.2f}" in row
+        row = next(line for line in text.splitlines() if f"{r.plugin.name}:resnet50 " in line and "│" in line)
+        assert r.status in row
+        if r.throughput:
+            tp = r.throughput
+            assert f"{tp.images_per_sec:.2f}" in row and f"{tp.ci95[0]:.2f}–{tp.ci95[1]:.2f}" in row
     for cell in ("mxnet_ngc:resnet50", "tf_benchmarks:resnet50", "0.311", "0.145–0.667", "undecided"):
         assert cell in text
     # what did not fit is folded under its row, not lost

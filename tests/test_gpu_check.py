@@ -179,10 +179,14 @@ def test_published_peaks(kind, name, precision, devices, tflops):
 
 
 def test_a_gpu_record_gets_its_utilisation(monkeypatch, tmp_path):
+    import dataclasses
+
     from accelbench.records import DeviceRef, Flops, Named, add_utilisation, run_peak
+    from conftest import a_record
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no peak measured on this machine
-    environment = {"accelerators": [], "cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2"]}
+    environment = dataclasses.replace(a_record().environment, accelerators=[], cpu_model="AMD EPYC", cpu_cores=2,
+                                      cpu_flags=["avx2"])
     tensorflow = Named("tensorflow", "2.21.0")
     peak = run_peak("fp16", DeviceRef("gpu", 4, "Tesla V100-SXM2-16GB"), tensorflow, environment, devices=4)
     flops = Flops(per_image=2.3e10, achieved_per_s=1.0e14)

@@ -5,7 +5,7 @@ import pytest
 from accelbench.environment import cpu_flags
 from accelbench.plugins.cpu_features import bf16_emulation_warning
 from accelbench.plugins.jax_flax import hlo
-from conftest import assert_measured_allocator, assert_measured_huge_pages, loss_falls, run_backend
+from conftest import assert_measured_allocator, assert_measured_huge_pages, executed, loss_falls, run_backend
 
 pytestmark = pytest.mark.jax
 SMALL = dict(model="resnet_small", image_size=16, num_classes=10)
@@ -100,14 +100,13 @@ def test_flax_data_parallel_over_two_local_devices():
 
 def test_two_jax_processes_merge_into_one_record_with_identical_weights():
     """jax.distributed through the plugin's engine: coordinator on loopback, gloo between CPUs."""
-    from accelbench import records, runner
+    from accelbench import runner
     from accelbench.config import RunConfig
     from accelbench.registry import PluginHost
 
     refs = PluginHost().select(["jax_flax"])
-    [merged] = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
-                                                          warmup_steps=1, timed_steps=4, timeout_s=600, **SMALL)),
-                              records.check_all)
+    [merged] = executed(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
+                                                          warmup_steps=1, timed_steps=4, timeout_s=600, **SMALL)))
     assert merged["status"] == "ok", merged["reason"]
     dist = merged["distributed"]
     assert dist["engine"] == "jax_distributed" and dist["workers"] == 2 and merged["batch"]["global"] == 4

@@ -39,7 +39,10 @@ def drifting(rate: float = 0.03) -> tuple[str, ...]:
 
 
 def compared(records, tolerance=0.03):
-    [result] = compare(runs_of(records), tolerance=tolerance)
+    """The comparison of the records of a results file."""
+    from accelbench.records import Record
+
+    [result] = compare(runs_of([Record.from_json(r) for r in records]), tolerance=tolerance)
     return result
 
 
@@ -79,6 +82,7 @@ def test_two_runs_are_compared_in_lockstep_by_default(accelbench_cli, tmp_path):
     # the side that starts (and blocks) first alternates from pair to pair; within a pair, ABBA
     first = [records[0]["trials"][p]["started_utc"] < records[1]["trials"][p]["started_utc"] for p in range(3)]
     assert first == [True, False, True]
+    assert [t["position"] for t in records[0]["trials"]] == [0, 1, 0]  # what compare reads of that order
     a0, b0 = records[0]["trials"][0]["blocks"], records[1]["trials"][0]["blocks"]
     assert a0[0]["started_s"] < b0[0]["started_s"] < b0[1]["started_s"] < a0[1]["started_s"] < a0[2]["started_s"]
     assert "accelbench results (lockstep, 3 pairs)" in result.stdout

@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from accelbench import launch, multiworker, netns, records, runner
+from accelbench import launch, multiworker, netns, runner
 from accelbench.config import RunConfig
 from accelbench.records import TrialOutcome
 from accelbench.registry import PluginHost
+from conftest import executed
 
 HAS = {"tf_benchmarks": importlib.util.find_spec("tensorflow") is not None,
        "mxnet_ngc": importlib.util.find_spec("mxnet") is not None,
@@ -59,8 +60,7 @@ def test_local_plans_use_loopback_and_free_ports(tmp_path):
 def test_two_workers_merge_into_one_record_with_identical_weights(plugin, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the host makes the job's scratch directory
     refs = PluginHost().select([plugin])
-    baseline, merged = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)),
-                                      records.check_all)
+    baseline, merged = executed(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)))
     assert baseline["status"] == merged["status"] == "ok", merged["reason"]
     assert baseline["config"]["workers"] == 1 and baseline["batch"]["global"] == 4
     dist = merged["distributed"]
@@ -94,7 +94,7 @@ def test_a_jobs_scratch_directory_goes_with_its_trial_even_a_failed_one(plugin, 
 
     monkeypatch.setattr(multiworker, "run_trial", killed_trial)
     refs = PluginHost().select([plugin])
-    _, merged = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)), records.check_all)
+    _, merged = executed(runner.plan(refs, RunConfig(workers=2, per_device_batch=4, **TINY)))
     assert merged["status"] == "failed" and "killed by SIGKILL" in merged["reason"]
     assert left and left[0].parent.parent == tmp_path and not left[0].parent.exists()
 
@@ -163,8 +163,8 @@ def test_tensorflow_two_workers_survive_a_cpu_hog():
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
         refs = PluginHost().select(["tf_benchmarks"])
-        [record] = runner.execute(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
-                                                               **{**TINY, "timed_steps": 4})), records.check_all)
+        [record] = executed(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
+                                                               **{**TINY, "timed_steps": 4})))
     finally:
         for hog in hogs:
             hog.kill()
@@ -205,7 +205,7 @@ def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin, tmp_pa
 def test_a_backend_without_an_engine_is_unavailable_for_several_workers(testplugins_path, monkeypatch):
     monkeypatch.syspath_prepend(str(testplugins_path))
     refs = PluginHost().select(backends=["sleepy:fixed-time"])
-    [record] = runner.execute(runner.plan(refs, RunConfig(workers=2, scaling_baseline=False)), records.check_all)
+    [record] = executed(runner.plan(refs, RunConfig(workers=2, scaling_baseline=False)))
     assert record["status"] == "unavailable" and "no multi-worker engine" in record["reason"]
 
 
@@ -262,5 +262,5 @@ def test_the_per_worker_rows_name_each_ranks_host_and_local_rank():
 
     rows = multiworker.per_worker([TrialOutcome("failed", "x"), TrialOutcome("failed", "y")], 2, first_rank=4)
     import socket
-    assert [(r["rank"], r["local_rank"], r["host"]) for r in rows] == [(4, 0, socket.gethostname()),
+    assert [(r.rank, r.local_rank, r.host) for r in rows] == [(4, 0, socket.gethostname()),
                                                                        (5, 1, socket.gethostname())]

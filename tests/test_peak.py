@@ -8,6 +8,7 @@ from accelbench import peak_measure
 from accelbench.environment import cpu_flags, cpu_model
 from accelbench.registry import PluginHost
 from accelbench.timing import Timing
+from conftest import a_record
 
 FRAMEWORKS = {"tf_benchmarks": "tensorflow", "mxnet_ngc": "mxnet", "torch_ref": "torch"}
 NATIVE_BF16 = bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
@@ -62,7 +63,7 @@ def test_a_record_above_its_peak_is_warned_about_not_clamped(monkeypatch):
     flops = records.Flops(per_image=1e9)
     throughput = records.Throughput(150.0, 1500, 10.0, (140.0, 160.0), "bootstrap over steps")
     warnings = records.complete_flops(flops, throughput, "fp32", records.DeviceRef("cpu", 1, "cpu"),
-                                      records.Named("fw", "1"), {"accelerators": []}, devices=1)
+                                      records.Named("fw", "1"), a_record().environment, devices=1)
     assert flops.achieved_per_s == 150e9 and flops.utilisation == 1.5 and flops.peak_source == "a low figure"
     assert len(warnings) == 1 and "achieved 150% of the peak" in warnings[0]
 

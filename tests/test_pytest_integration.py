@@ -71,7 +71,7 @@ def test_contract_passes_for_a_good_backend_and_catches_an_async_step(testplugin
 
     monkeypatch.syspath_prepend(str(testplugins_path))
     record = contract.check_all("sleepy:fixed-time", options={"step_ms": 2})
-    assert record["status"] == "ok"
+    assert record.status == "ok"
     with pytest.raises(ContractViolation, match="look asynchronous"):
         contract.step_syncs("misbehaving:async-step", timed_steps=20)
 

@@ -144,7 +144,7 @@ def test_nan_is_never_written_and_validate_refuses_it(accelbench_cli, tmp_path):
     bad = dict(good, records=[dict(good["records"][0], throughput=dict(good["records"][0]["throughput"],
                                                                        images_per_sec=float("nan")))])
     with pytest.raises(ValueError):
-        records.write_results(tmp_path / "nan.json", bad["records"])
+        records.write_results(tmp_path / "nan.json", [records.Record.from_json(r) for r in bad["records"]])
     assert not (tmp_path / "nan.json").exists()
     (tmp_path / "nan.json").write_text(json.dumps(bad))  # Python's json writes NaN when allowed
     (tmp_path / "text.json").write_text("not json")

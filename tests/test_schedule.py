@@ -95,7 +95,14 @@ def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli,
     records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", *drifting())
     assert {r["schedule"]["run_id"] for r in records} == {records[0]["schedule"]["run_id"]}
     assert [t["round"] for t in records[0]["trials"]] == list(range(6))
+    assert [t["position"] for t in records[0]["trials"]] == [0, 1, 0, 1, 0, 1]  # the order reversed each round
+    assert [t["position"] for t in records[1]["trials"]] == [1, 0, 1, 0, 1, 0]
     result = paired(records)
+    # the order of each round is read from the positions, not the clock: one start time for every
+    # trial leaves the same answer (by start times, A would never have run first)
+    same_start = [{**r, "trials": [{**t, "started_utc": "2026-01-01T00:00:00.000Z"} for t in r["trials"]]}
+                  for r in records]
+    assert (paired(same_start).ratio, paired(same_start).ci95) == (result.ratio, result.ci95)
     assert result.analysis.startswith("paired rounds") and result.samples == "6 paired rounds"
     # not "1.0 lies in the interval": a 95% interval misses the truth one run in twenty by design,
     # so that is a property of many runs; one run can hold the estimate to the truth

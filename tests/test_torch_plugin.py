@@ -4,7 +4,7 @@ import importlib.util
 import json
 
 import pytest
-from accelbench import records, runner
+from accelbench import runner
 from accelbench.config import RunConfig
 from accelbench.registry import PluginHost
 from conftest import (
@@ -13,6 +13,7 @@ from conftest import (
     assert_measured_allocator,
     assert_measured_huge_pages,
     assert_onednn_read_back,
+    executed,
     load_records,
     loss_falls,
     run_backend,
@@ -119,7 +120,7 @@ def test_a_onednn_ceiling_below_bf16_is_recorded_as_emulation(monkeypatch):
 def test_torch_two_workers_on_ddp_keep_identical_weights():
     refs = PluginHost().select(["torch_ref"])
     config = RunConfig(workers=2, per_device_batch=4, warmup_steps=1, timed_steps=5, timeout_s=240, **SMALL)
-    baseline, merged = runner.execute(runner.plan(refs, config), records.check_all)
+    baseline, merged = executed(runner.plan(refs, config))
     assert baseline["status"] == merged["status"] == "ok", merged["reason"]
     dist = merged["distributed"]
     assert dist["engine"] == "torch_distributed" and dist["workers"] == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import load_records
+from conftest import executed, load_records
 
 # the test process never imports a framework: only workers do
 MISSING = [name for name in ("tensorflow", "mxnet") if importlib.util.find_spec(name) is None]
@@ -34,14 +34,14 @@ def digits(tmp_path_factory) -> Path:
 
 def train(digits: Path, plugin: str, **changes) -> dict:
     """One train-mode run through the host (worker process, core's epoch loop), schema-checked."""
-    from accelbench import datasets, records, runner, training
+    from accelbench import datasets, runner, training
     from accelbench.config import RunConfig
     from accelbench.registry import PluginHost
 
     run = {k: v for k, v in changes.items() if k not in training.TrainSpec.__dataclass_fields__}
     spec = {"max_epochs": DIGITS_EPOCH_BUDGET, **{k: v for k, v in changes.items() if k not in run}}
     config = RunConfig.from_dict(training.run_config_data(datasets.load(digits), run, spec))
-    [record] = runner.execute(runner.plan(PluginHost().select([plugin]), config), records.check_all)
+    [record] = executed(runner.plan(PluginHost().select([plugin]), config))
     return record
 
 

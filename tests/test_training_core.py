@@ -66,10 +66,10 @@ def test_a_target_not_reached_is_recorded_with_the_best_accuracy():
     backend = ScriptedBackend([0.3, 0.6, 0.5])
     raw = training.train(backend, spec(max_epochs=3, target_top1=0.99), steps_per_epoch=2, global_batch=64)
     block = training.summary(raw, spec(max_epochs=3, target_top1=0.99), global_batch=64)
-    assert block["target_reached"] is False and block["epochs_to_target"] is None
-    assert block["time_to_target_s"] is None
-    assert (block["best_eval_accuracy"], block["best_epoch"], block["epochs_run"]) == (0.6, 2, 3)
-    assert block["train_images_per_sec"] == pytest.approx(3 * 2 * 64 / raw.train_time_s)
+    assert block.target_reached is False and block.epochs_to_target is None
+    assert block.time_to_target_s is None
+    assert (block.best_eval_accuracy, block.best_epoch, block.epochs_run) == (0.6, 2, 3)
+    assert block.train_images_per_sec == pytest.approx(3 * 2 * 64 / raw.train_time_s)
 
 
 def test_presets_give_defaults_and_the_user_overrides_them():

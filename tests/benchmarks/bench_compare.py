@@ -16,7 +16,7 @@ the interval at the last look, and the plain 95% half-width after 5 and 10 minut
 
 import argparse
 import contextlib
-import json
+import dataclasses
 import os
 import subprocess
 import sys
@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from accelbench import compare, environment, stats
+from accelbench.records import read_results
 
 #: case -> (schedule flags, a one-core hog beside the run?). Rounds keep `accelbench run`'s own
 #: trial length for --until runs; lockstep's stable warm-up may take up to 30 steps (MXNet's step
@@ -93,9 +94,8 @@ def one_core_hog():
 
 
 def summary_line(path: Path) -> str:
-    document = json.loads(path.read_text())
-    records = [r for r in document["records"] if r["status"] == "ok"]
-    schedule = records[0]["schedule"]
+    records = [r for r in read_results(path) if r.ok]
+    schedule = records[0].schedule
     decided_at, look_result = sequential_decision(records)
     final = compare.comparisons(compare.runs_of(records), TOLERANCE)[0]
     widths = {t: half_width_by(records, t) for t in CHECKPOINTS_S}
@@ -105,19 +105,19 @@ def summary_line(path: Path) -> str:
                 f"(ratio {look_result.ratio:.3f}, {look_result.confidence:.2%} CI "
                 f"{look_result.ci95[0]:.3f}–{look_result.ci95[1]:.3f})" if decided_at is not None
                 else f"not decided at ±{TOLERANCE:.0%} ({final.note or final.verdict})")
-    return (f"{path.name}: {schedule['kind']}, {schedule['rounds']} {unit(schedule)}, {schedule['elapsed_s']:.0f} s; "
+    return (f"{path.name}: {schedule.kind}, {schedule.rounds} {unit(schedule)}, {schedule.elapsed_s or 0:.0f} s; "
             f"{final.a} / {final.b} {final.ratio:.3f} ({final.confidence:.2%} CI {final.ci95[0]:.3f}–"
             f"{final.ci95[1]:.3f}, {final.verdict}); {decision}; 95% half-width: {width_text}"
             + (f"; {final.busy}" if final.busy else ""))
 
 
 def unit(schedule) -> str:
-    return "pairs" if schedule["kind"] == "lockstep" else "rounds"
+    return "pairs" if schedule.kind == "lockstep" else "rounds"
 
 
 def first_units(records, count: int):
     """The records as they stood after their first ``count`` rounds (or pairs)."""
-    return [{**r, "trials": [t for t in r["trials"] if t.get("round", 0) < count]} for r in records]
+    return [dataclasses.replace(r, trials=[t for t in r.trials if (t.round or 0) < count]) for r in records]
 
 
 def unit_end_s(records, index: int) -> float:
@@ -125,14 +125,14 @@ def unit_end_s(records, index: int) -> float:
     def seconds(text):
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
-    start = min(seconds(t["started_utc"]) for r in records for t in r["trials"])
-    return max(seconds(t["ended_utc"]) for r in records for t in r["trials"] if t["round"] == index) - start
+    start = min(seconds(t.started_utc) for r in records for t in r.trials)
+    return max(seconds(t.ended_utc) for r in records for t in r.trials if t.round == index) - start
 
 
 def sequential_decision(records):
     """When the run's own looks (one after every unit from the second on, the error spent as
     ``stats.sequential_confidence``) would first have decided the ±3% question; (None, None) if never."""
-    units = records[0]["schedule"]["rounds"]
+    units = records[0].schedule.rounds
     for count in range(2, units + 1):
         confidence = stats.sequential_confidence(count - 1)
         [result] = compare.comparisons(compare.runs_of(first_units(records, count)), TOLERANCE, confidence=confidence)
@@ -143,7 +143,7 @@ def sequential_decision(records):
 
 def half_width_by(records, seconds: float) -> float | None:
     """The plain 95% interval's relative half-width over the units finished ``seconds`` into the run."""
-    units = records[0]["schedule"]["rounds"]
+    units = records[0].schedule.rounds
     done = [i for i in range(units) if unit_end_s(records, i) <= seconds]
     if len(done) < 2:
         return None

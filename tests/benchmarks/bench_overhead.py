@@ -21,6 +21,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from accelbench.records import Record, read_results
 from accelbench.schedule import round_order
 
 HERE = Path(__file__).parent
@@ -63,25 +64,25 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
         subprocess.run([sys.executable, "-m", "accelbench", "run", *args, "--global-batch", str(batch),
                         "--warmup-steps", str(warmup), "--timed-steps", str(timed), "-o", str(out)],
                        check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
-        [record] = json.loads(out.read_text())["records"]
+        [record] = read_results(out)
         if keep is not None:
-            shutil.copy(out, kept(keep, f"{record['timestamp_utc'].replace(':', '')}.json"))
-    if record["status"] != "ok":
-        raise SystemExit(f"accelbench run failed: {record['reason']}")
+            shutil.copy(out, kept(keep, f"{record.timestamp_utc.replace(':', '')}.json"))
+    if not record.ok or record.throughput is None:
+        raise SystemExit(f"accelbench run failed: {record.reason}")
     if seen is not None:
         learn(record, seen)
-    return record["throughput"]["images"], record["throughput"]["wall_time_s"]
+    return record.throughput.images, record.throughput.wall_time_s
 
 
-def learn(record, seen):
+def learn(record: Record, seen):
     """What the other side of a comparison takes from the plugin's record: FLOPs per image, the
     measured peak, settings (malloc, huge pages...), the worker's Python and a label."""
-    seen["flops_per_image"] = record["flops"]["per_image"]
-    seen["peak_per_sec"] = record["flops"].get("peak_per_sec")  # when accelbench peak ran here
-    seen["settings"] = record["settings"]
-    seen["python"] = record["environment"].get("worker", {}).get("python", sys.executable)
-    seen["label"] = " ".join(filter(None, (f"`{record['plugin']['name']}`", record["model"]["variant"],
-                                           record["precision"])))
+    seen["flops_per_image"] = record.flops.per_image if record.flops else None
+    seen["peak_per_sec"] = record.flops.peak_per_sec if record.flops else None  # when accelbench peak ran here
+    seen["settings"] = record.settings
+    worker = record.environment.worker
+    seen["python"] = worker.python if worker else sys.executable
+    seen["label"] = " ".join(filter(None, (f"`{record.plugin.name}`", record.model.variant, record.precision)))
 
 
 def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None, env=None,

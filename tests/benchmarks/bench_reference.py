@@ -533,11 +533,11 @@ def machine_header():
     from accelbench import environment
 
     env = environment.collect()
-    accelerators = "".join(f"; {a['kind'].upper()}: {a['name']}" + (f", driver {a['driver']}" if a.get("driver") else "")
-                           for a in env["accelerators"])
-    return (f"machine: {env['cpu_model']}, {env['cpu_cores']} cores, {env['memory_bytes'] / 2**30:.0f} GiB"
-            f"{accelerators}; flags: {' '.join(env['cpu_flags'])}"
-            f"{MEMORY_RETURNED_NOTE if env.get('memory_returned_to_host') else ''}")
+    accelerators = "".join(f"; {a.kind.upper()}: {a.name}" + (f", driver {a.driver}" if a.driver else "")
+                           for a in env.accelerators)
+    return (f"machine: {env.cpu_model}, {env.cpu_cores} cores, {env.memory_bytes / 2**30:.0f} GiB"
+            f"{accelerators}; flags: {' '.join(env.cpu_flags or ())}"
+            f"{MEMORY_RETURNED_NOTE if env.memory_returned_to_host else ''}")
 
 
 #: why a run on such a VM can take one slow step full of page faults (README, "Reference benchmark")
