@@ -1,8 +1,9 @@
 """RunConfig: what to run, validated once against ``schemas/config.schema.json``.
 
-Batch semantics are resolved here, once per backend: the user gives a global batch or a
-per-device batch (or neither: the backend's default for the device kind), and the other is
-derived. A global batch that does not divide by the device count is an error.
+Batch semantics are resolved once per backend, by planning (``accelbench.planning.resolve``): the
+user gives a global batch or a per-device batch (or neither: the backend's default for the device
+kind), and the other is derived. A global batch that does not divide by the device count is an
+error. This room knows no backend.
 """
 
 from __future__ import annotations
@@ -14,14 +15,10 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from . import allocators, inputs, validation
 from .errors import UsageError
-
-if TYPE_CHECKING:  # annotations only: backend's protocol takes a RunConfig in turn
-    from .backend import BackendInfo
-
 
 T = TypeVar("T")
 
@@ -108,7 +105,7 @@ class RunConfig:
     mode: str = "throughput"
     #: train mode's ``accelbench.training.TrainSpec`` as a dict (dataset, target, recipe)
     train: dict[str, Any] | None = None
-    #: set by ``resolve``: where the batch size came from ("config" or "backend default")
+    #: set by ``planning.resolve``: where the batch size came from ("config" or "backend default")
     batch_source: str | None = None
 
     @classmethod
@@ -133,7 +130,7 @@ class RunConfig:
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    # What ``resolve`` always fills: read through these, a resolved config's fields are never None
+    # What ``planning.resolve`` always fills: read through these, a resolved config's fields are never None
     # (an unresolved one raises, naming the field, rather than letting a None travel on).
     @property
     def resolved_model(self) -> str:
@@ -242,53 +239,3 @@ def _resolved(value: T | None, name: str) -> T:
 def single_worker_baseline(resolved: RunConfig) -> RunConfig:
     """The 1-worker run of a resolved multi-worker config's per-worker batch."""
     return resolved.replace(workers=1, global_batch=resolved.resolved_per_device_batch * resolved.resolved_device_count)
-
-
-def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int) -> RunConfig:
-    """Fill every backend-dependent default and derive the missing batch size.
-
-    Raises UsageError for a batch that cannot be split evenly over the devices.
-    """
-    global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
-    model = config.model or info.models[0]
-    allocator = allocators.resolve(config.allocator, info.allocator)
-    return config.replace(
-        # train mode times epochs, not a warm-up and a timed phase: it claims neither
-        **(timed_phase(config) if config.mode == "throughput" else {}),
-        model=model,
-        # a model the backend declares no variants of has none
-        variant=config.variant or info.default_variant(model),
-        allocator=allocator,
-        huge_pages=allocators.resolve_huge_pages(config.huge_pages, info.huge_pages, allocator),
-        precision=config.precision or info.precisions[0],
-        device=device,
-        device_count=device_count,
-        global_batch=global_batch,
-        per_device_batch=per_device,
-        # a resolved config (a record's, replayed by ``accelbench rerun``) keeps where its batch came from
-        batch_source=config.batch_source or source,
-        threads=config.effective_threads,
-    )
-
-
-def _resolve_batch(config: RunConfig, info: BackendInfo, device: str, count: int) -> tuple[int, int, str]:
-    if config.global_batch is not None and config.per_device_batch is not None:
-        if config.global_batch != config.per_device_batch * count:
-            raise UsageError(
-                f"global_batch {config.global_batch} != per_device_batch {config.per_device_batch}"
-                f" x {count} devices: give one of them")
-        return config.global_batch, config.per_device_batch, "config"
-    if config.global_batch is not None:
-        return (*_split_global(config.global_batch, count), "config")
-    if config.per_device_batch is not None:
-        return config.per_device_batch * count, config.per_device_batch, "config"
-    default = info.default_batch.get(device) or info.default_batch.get("cpu") or 8
-    if info.batch_semantics == "global":
-        return (*_split_global(default, count), "backend default")
-    return default * count, default, "backend default"
-
-
-def _split_global(global_batch: int, count: int) -> tuple[int, int]:
-    if global_batch % count:
-        raise UsageError(f"global batch {global_batch} does not divide by {count} devices")
-    return global_batch, global_batch // count

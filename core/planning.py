@@ -136,7 +136,7 @@ def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunC
     info = ref.backend.describe()
     device = pick_device(info.devices, config.device, counts)
     count = config.device_count or max(1, counts.get(device, 0))
-    resolved = configuration.resolve(config, info, device, count)
+    resolved = resolve(config, info, device, count)
     if resolved.mode == "train" and resolved.memory_limit_mb is None:
         # a runaway input pipeline stops with a record, before the kernel's OOM killer picks a victim
         resolved = resolved.replace(memory_limit_mb=memwatch.default_train_limit_mb())
@@ -150,7 +150,7 @@ def _resolve_for_record(ref: BackendRef, config: RunConfig, counts: dict[str, in
     except Exception:  # noqa: BLE001 - the refusal reason is what the record reports
         info = ref.backend.describe()
         device = config.device if config.device != "auto" else "cpu"
-        return configuration.resolve(config.replace(global_batch=None, per_device_batch=None),
+        return resolve(config.replace(global_batch=None, per_device_batch=None),
                                      info, device, 1)
 
 
@@ -193,3 +193,53 @@ def _dataset_precheck(ref: BackendRef, dataset: dict[str, Any] | None) -> TrialO
                                            f"(formats: {', '.join(dataset['formats'])}); convert it again "
                                            f"with `accelbench data` where {ref.backend.describe().framework} is installed")
     return None
+
+
+def resolve(config: RunConfig, info: BackendInfo, device: str, device_count: int) -> RunConfig:
+    """Fill every backend-dependent default and derive the missing batch size.
+
+    Raises UsageError for a batch that cannot be split evenly over the devices.
+    """
+    global_batch, per_device, source = _resolve_batch(config, info, device, device_count * config.workers)
+    model = config.model or info.models[0]
+    allocator = allocators.resolve(config.allocator, info.allocator)
+    return config.replace(
+        # train mode times epochs, not a warm-up and a timed phase: it claims neither
+        **(configuration.timed_phase(config) if config.mode == "throughput" else {}),
+        model=model,
+        # a model the backend declares no variants of has none
+        variant=config.variant or info.default_variant(model),
+        allocator=allocator,
+        huge_pages=allocators.resolve_huge_pages(config.huge_pages, info.huge_pages, allocator),
+        precision=config.precision or info.precisions[0],
+        device=device,
+        device_count=device_count,
+        global_batch=global_batch,
+        per_device_batch=per_device,
+        # a resolved config (a record's, replayed by ``accelbench rerun``) keeps where its batch came from
+        batch_source=config.batch_source or source,
+        threads=config.effective_threads,
+    )
+
+
+def _resolve_batch(config: RunConfig, info: BackendInfo, device: str, count: int) -> tuple[int, int, str]:
+    if config.global_batch is not None and config.per_device_batch is not None:
+        if config.global_batch != config.per_device_batch * count:
+            raise UsageError(
+                f"global_batch {config.global_batch} != per_device_batch {config.per_device_batch}"
+                f" x {count} devices: give one of them")
+        return config.global_batch, config.per_device_batch, "config"
+    if config.global_batch is not None:
+        return (*_split_global(config.global_batch, count), "config")
+    if config.per_device_batch is not None:
+        return config.per_device_batch * count, config.per_device_batch, "config"
+    default = info.default_batch.get(device) or info.default_batch.get("cpu") or 8
+    if info.batch_semantics == "global":
+        return (*_split_global(default, count), "backend default")
+    return default * count, default, "backend default"
+
+
+def _split_global(global_batch: int, count: int) -> tuple[int, int]:
+    if global_batch % count:
+        raise UsageError(f"global batch {global_batch} does not divide by {count} devices")
+    return global_batch, global_batch // count

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 
 from . import footprint, peaks, stats, validation
 from .backend import DeviceMemory, Prepared
@@ -242,8 +242,9 @@ class Record:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def __getitem__(self, key: str) -> Any:
-        # records were dicts until result schema 1.11's accelbench: say what replaced the subscript
+    def __getitem__(self, key: NoReturn) -> NoReturn:
+        # records were dicts until result schema 1.11's accelbench: say what replaced the subscript.
+        # (``key: NoReturn``: the type checker refuses every subscript, as it would without this)
         raise TypeError(f"a Record is typed: record[{key!r}] is record.{'global_' if key == 'global' else key} "
                         f"(record.to_json() gives the JSON form)")
 

@@ -55,7 +55,7 @@ def select(records: list[Record], wanted: tuple[str, ...]) -> list[Record]:
 
 
 def replay_of(record: Record) -> Replay:
-    """What runs a record again. Its config as it ran, resolved (``config.resolve`` leaves a
+    """What runs a record again. Its config as it ran, resolved (``planning.resolve`` leaves a
     resolved config as it is); fields a config of an older accelbench lacks take today's defaults."""
     known = {f.name for f in dataclasses.fields(RunConfig)}
     config = RunConfig(**{key: value for key, value in record.config.items() if key in known})

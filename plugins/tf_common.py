@@ -99,23 +99,6 @@ class TfBackend(RunBackend):
     def matmul(self) -> None:
         self.product(*self.operands).numpy()
 
-    # train mode (accelbench.training): TFRecord data, core's recipe
-    def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
-        from . import tf_training
-
-        return tf_training.write_tfrecords(examples, stem)
-
-    def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
-        from . import tf_training
-
-        return tf_training.read_tfrecords(files)
-
-    def prepare_training(self, config: RunConfig, dataset: dict[str, Any]) -> Prepared:
-        from . import tf_training
-
-        self.run = tf_training.DatasetRun(config, dataset)
-        return self.run.prepared({"protocol": "train mode (accelbench.training recipe)"})
-
 
 def import_tensorflow(config: RunConfig | None):
     """Import TensorFlow with thread pools and logical devices set before it initialises

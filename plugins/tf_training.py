@@ -193,3 +193,21 @@ class DatasetRun(TrainingRun):
                                      "learning_rate": "set every step by core's schedule"})
         prepared.data_placement = "host input pipeline (tf.data)"
         return prepared
+
+
+class TrainMode:
+    """Train mode (``accelbench.training``) for a ``TfBackend``: TFRecord data, core's recipe. A
+    backend class takes it first, ``class MyBackend(TrainMode, TfBackend)``, so that this module,
+    which builds on ``tf_common``, is never imported by it."""
+
+    run: Any
+
+    def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
+        return write_tfrecords(examples, stem)
+
+    def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
+        return read_tfrecords(files)
+
+    def prepare_training(self, config: RunConfig, dataset: dict[str, Any]) -> Prepared:
+        self.run = DatasetRun(config, dataset)
+        return self.run.prepared({"protocol": "train mode (accelbench.training recipe)"})

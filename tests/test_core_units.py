@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from accelbench import BackendInfo, RunConfig, hookspecs, validation
-from accelbench.config import resolve
 from accelbench.errors import UsageError
+from accelbench.planning import resolve
 from accelbench.stats import step_time_summary, throughput_ci
 from accelbench.timing import TimingPlan, run_timed
 

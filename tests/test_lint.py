@@ -17,17 +17,38 @@ def test_ruff_finds_nothing():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
 
 
-def test_mypy_finds_nothing(tmp_path):
-    """mypy over the package as it is installed: core/ is ``accelbench``, plugins/ its ``plugins``
-    and schemas/ its ``schemas`` (a tree of links, since mypy reads no package-dir mapping)."""
-    package = tmp_path / "accelbench"
+def installed_layout(root: Path) -> Path:
+    """The package as it is installed, as a tree of links under ``root`` (mypy reads no
+    package-dir mapping): core/ is ``accelbench``, plugins/ its ``plugins``, schemas/ its ``schemas``."""
+    package = root / "accelbench"
     package.mkdir()
     for module in (ROOT / "core").iterdir():
         if module.suffix == ".py" or (module.is_dir() and (module / "__init__.py").exists()):
             (package / module.name).symlink_to(module)
     for name in ("plugins", "schemas"):
         (package / name).symlink_to(ROOT / name)
-    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                           "--cache-dir", str(tmp_path / "cache"), "-p", "accelbench"],
-                          cwd=tmp_path, env={**os.environ, "MYPYPATH": str(tmp_path)}, capture_output=True, text=True)
+    return root
+
+
+def mypy(root: Path, *targets: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                           "--cache-dir", str(root / "cache"), *targets],
+                          cwd=root, env={**os.environ, "MYPYPATH": str(root)}, capture_output=True, text=True)
+
+
+def test_mypy_finds_nothing(tmp_path):
+    """mypy over the package as it is installed: core and the built-in plugins."""
+    done = mypy(installed_layout(tmp_path), "-p", "accelbench")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
+
+
+def test_a_record_indexed_by_a_string_key_is_a_type_error(tmp_path):
+    """Records are typed end to end: the type checker refuses ``record["status"]`` wherever it
+    is written (and at run time it raises, naming the attribute)."""
+    (installed_layout(tmp_path) / "consumer.py").write_text(
+        "from accelbench.records import read_results\n\n"
+        "for record in read_results('r.json'):\n"
+        "    print(record.status, record['status'])\n")
+    done = mypy(tmp_path, "consumer.py")
+    assert done.returncode == 1 and 'consumer.py:4: error: Invalid index type "str" for "Record"' in done.stdout, \
+        done.stdout

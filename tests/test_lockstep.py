@@ -15,6 +15,7 @@ import pytest
 from accelbench import busy, report
 from accelbench.compare import Run, busy_pairs, compare, runs_of
 from accelbench.console import ComparisonTable, ResultsTable
+from accelbench.records import Record
 from conftest import interrupt_as_from_a_terminal, load_records
 
 #: 20 ms steps in 0.2 s blocks: a pair of the test backends takes about 3 s
@@ -40,8 +41,6 @@ def drifting(rate: float = 0.03) -> tuple[str, ...]:
 
 def compared(records, tolerance=0.03):
     """The comparison of the records of a results file."""
-    from accelbench.records import Record
-
     [result] = compare(runs_of([Record.from_json(r) for r in records]), tolerance=tolerance)
     return result
 
@@ -160,7 +159,7 @@ def test_a_busy_machine_withholds_the_verdict_and_says_why(accelbench_cli, tmp_p
     verdict = accelbench_cli("compare", str(tmp_path / "run.json"), "--tolerance", "3%", "--json")
     assert verdict.returncode == 3 and json.loads(verdict.stdout)["comparisons"][0]["busy"]
     # the report draws the pairs, each marked busy
-    assert busy_pairs(records[0]) == {0, 1, 2} and comparison.busy_units == [0, 1, 2]
+    assert busy_pairs(Record.from_json(records[0])) == {0, 1, 2} and comparison.busy_units == [0, 1, 2]
     shown = accelbench_cli("report", str(tmp_path / "run.json"), "--out", str(tmp_path / "report"))
     assert shown.returncode == 0, shown.stderr
     assert (tmp_path / "report" / report.PAIRS_PNG).stat().st_size > 0
@@ -287,6 +286,7 @@ def test_names_print_verbatim_however_they_look(accelbench_cli, tmp_path):
     odd = [{**r, "plugin": {**r["plugin"], "name": "abdrift"}, "backend": {**r["backend"], "name": "b"},
             "warnings": ["[bold]not bold[/bold] :x: as written"]} for r in records]
     odd[1] = {**odd[1], "backend": {**odd[1]["backend"], "name": "[red]c"}}
+    odd = [Record.from_json(r) for r in odd]
     shown = io.StringIO()
     ResultsTable(odd).print(Console(file=shown, width=300))
     ComparisonTable(compare([Run("abdrift:b", odd[0]), Run("[red]c :smile:", odd[1])], 0.03), 0.03).print(
@@ -334,7 +334,7 @@ def test_more_than_two_sides_take_turns_round_robin_and_every_pair_is_compared(a
     assert starts[0] == sorted(starts[0]) and starts[1] == sorted(starts[1], reverse=True)
     second = [r["trials"][1]["blocks"][0]["started_s"] for r in records]
     assert second == sorted(second, reverse=True)
-    results = compare(runs_of(records), 0.03)
+    results = compare(runs_of([Record.from_json(r) for r in records]), 0.03)
     assert sorted(r.config.split(" batch ")[1] for r in results) == ["16 224px", "8 224px"]
     assert all(r.samples == "2 pairs (lockstep)" and r.ratio == pytest.approx(1.10, rel=0.02) for r in results), results
 

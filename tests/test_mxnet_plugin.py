@@ -36,7 +36,7 @@ def test_mxnet_trains_and_records_fp32():
 
 
 def test_mxnet_default_batch_is_the_study_global_768_on_gpu():
-    from accelbench.config import resolve
+    from accelbench.planning import resolve
     from accelbench.plugins.mxnet_ngc import NgcResNet50
 
     config = resolve(__import__("accelbench").RunConfig(), NgcResNet50.info, "gpu", 4)

@@ -258,3 +258,21 @@ def test_two_writers_merge_and_each_replaces_only_its_own_records(tmp_path):
     assert json.loads(shared.read_text())["records"] == [b1.to_json(), a2.to_json()]
     records.ResultsWriter(shared, force=True).write([a1])
     assert json.loads(shared.read_text())["records"] == [a1.to_json()]
+
+
+def test_a_results_file_read_into_records_and_written_again_is_byte_identical(accelbench_cli, tmp_path):
+    """The typed records are the file: a lockstep run's results (trials with blocks and positions,
+    a schedule, an environment, memory, start-up, a cost) read with ``Record.from_json`` and
+    written again give the same bytes."""
+    from accelbench import records
+
+    out = tmp_path / "r.json"
+    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", "--trials", "2", "--warmup-steps", "1",
+                          "--timed-steps", "4", "--option", "step_ms=5", "--price-per-hour", "1.5", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    document = records.read_document(out)
+    assert [r.schedule.kind for r in document.records if r.schedule] == ["lockstep", "lockstep"]
+    assert all(r.cost and r.cost.price and r.trials[0].blocks for r in document.records)
+    again = tmp_path / "again.json"
+    records.write_document(again, document.to_json())
+    assert again.read_bytes() == out.read_bytes()

@@ -1,5 +1,6 @@
-"""MXNet 1.9.1's oneDNN (v2.4): the instruction set it may use, and the kernel it then picks,
-read back from oneDNN itself. Imported only in the worker (and in the probe process it starts).
+"""MXNet 1.9.1's oneDNN (v2.4): the instruction set it may use (set before ``import_mxnet``
+imports mxnet), and the kernel it then picks, read back from oneDNN itself. Imported only in the
+worker (and in the probe process it starts).
 
 oneDNN 2.4 keeps Intel AMX out of its default ceiling: on a CPU with AMX it runs bf16 on AVX-512
 unless ``DNNL_MAX_CPU_ISA`` allows AMX, and it never asks Linux for the AMX tile state, so
@@ -19,6 +20,9 @@ from accelbench.plugins.cpu_features import OnednnProbe, request_amx_tiles
 #: the name oneDNN 2.4 reads its ISA ceiling from (ONEDNN_MAX_CPU_ISA came later and is ignored)
 ISA_VARIABLE = "DNNL_MAX_CPU_ISA"
 AMX_CEILING = "AVX512_CORE_AMX"
+# numpy >= 1.24 removed these aliases; mxnet 1.9.1 uses them at import and at run time
+REMOVED_NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "str": str,
+                         "complex": complex}
 
 
 def allow_amx() -> None:
@@ -27,6 +31,22 @@ def allow_amx() -> None:
     state is asked for all the same, so a ceiling of AVX512_CORE_AMX given by hand works too)."""
     if "amx_bf16" in cpu_flags() and request_amx_tiles():
         os.environ.setdefault(ISA_VARIABLE, AMX_CEILING)
+
+
+def import_mxnet():
+    """Import mxnet after restoring numpy's removed aliases (only those missing), with oneDNN
+    allowed the CPU's AMX (``allow_amx``: it must precede the import)."""
+    import numpy
+
+    if "mxnet" not in sys.modules:  # check, prepare and the dataset code each call this; once is enough
+        allow_amx()
+
+    for name, value in REMOVED_NUMPY_ALIASES.items():
+        if not hasattr(numpy, name):
+            setattr(numpy, name, value)
+    import mxnet
+
+    return mxnet
 
 
 def ceiling() -> str | None:
@@ -46,8 +66,6 @@ def start_probe(precision: str) -> OnednnProbe:
 
 def _run_one_convolution(precision: str) -> None:
     """The probe: one small convolution, bf16 through AMP as the training step runs it."""
-    from .training import import_mxnet
-
     mx = import_mxnet()
     if precision == "bf16":
         from mxnet.contrib import amp

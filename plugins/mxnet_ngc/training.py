@@ -10,31 +10,11 @@ from accelbench.api import DeviceMemory, Prepared, RunConfig, cpu_flags, trainin
 from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, onednn_unread
 
 from . import onednn
+from .onednn import import_mxnet
 
-# numpy >= 1.24 removed these aliases; mxnet 1.9.1 uses them at import and at run time
-REMOVED_NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "str": str,
-                         "complex": complex}
 WEIGHT_DECAY = 1e-4
 BASE_LEARNING_RATE = 0.1  # per 256 images
 CONV_BIASES = r".*conv\d+_bias"  # parameter names of the model zoo's convolution biases
-
-
-def import_mxnet():
-    """Import mxnet after restoring numpy's removed aliases (only those missing), with oneDNN
-    allowed the CPU's AMX (``onednn.allow_amx``: it must precede the import)."""
-    import sys
-
-    import numpy
-
-    if "mxnet" not in sys.modules:  # check, prepare and the dataset code each call this; once is enough
-        onednn.allow_amx()
-
-    for name, value in REMOVED_NUMPY_ALIASES.items():
-        if not hasattr(numpy, name):
-            setattr(numpy, name, value)
-    import mxnet
-
-    return mxnet
 
 
 def serve() -> None:

@@ -13,13 +13,14 @@ from accelbench.plugins.extras import extra
 
 from ..model_specs import RESNET50_VARIANTS
 from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend
+from ..tf_training import TrainMode
 
 VERSION = "1.0.0"
 # tf_cnn_benchmarks' defaults: momentum 0.9 (Nesterov), weight decay 4e-5
 WEIGHT_DECAY = 4e-5
 
 
-class TfCnnResNet50(TfBackend):
+class TfCnnResNet50(TrainMode, TfBackend):
     info = BackendInfo(
         name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
         models=("resnet50", "resnet_small"), variants={"resnet50": RESNET50_VARIANTS},

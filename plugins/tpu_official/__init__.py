@@ -14,6 +14,7 @@ from accelbench import BackendInfo, Option, RunConfig
 from accelbench.plugins.extras import extra
 
 from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend
+from ..tf_training import TrainMode
 
 VERSION = "1.0.0"
 WEIGHT_DECAY = 1e-4
@@ -22,7 +23,7 @@ WEIGHT_DECAY = 1e-4
 DEFAULT_STEPS_PER_LOOP = {"tpu": 10, "gpu": 10, "cpu": 1}
 
 
-class OfficialTpuResNet50(TfBackend):
+class OfficialTpuResNet50(TrainMode, TfBackend):
     info = BackendInfo(
         name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
         models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
