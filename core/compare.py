@@ -34,6 +34,7 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from . import busy, stats, validation
 from .errors import UsageError
@@ -331,7 +332,7 @@ def _unpaired(a: Record, b: Record, seed: int,
     return point, (low, high), min(count_a, count_b), "timed steps", f"{count_a} vs {count_b} timed steps"
 
 
-def _throughput_samples(record: Record, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+def _throughput_samples(record: Record, rng: np.random.Generator) -> tuple[npt.NDArray[np.float64], int]:
     """Bootstrap images/sec over the timed steps of every trial (a side with one trial, beside
     which the other's trials are no help: the comparison rests on step-to-step noise)."""
     steps = np.concatenate([np.asarray(t.step_times_s, float) for t in record.trials])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -13,6 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from .records import Record
+
+if TYPE_CHECKING:
+    from .compare import Comparison
+    from .peak_measure import PeakOutcome
 from .runner import RunObserver
 
 COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
@@ -302,7 +306,8 @@ VERDICT_STYLE = {"within": "green", "outside": "red", "undecided": "yellow", "ah
 
 
 class ComparisonTable:
-    def __init__(self, results: list, tolerance: float | None, margin: float | None = None, wide: bool = False):
+    def __init__(self, results: list[Comparison], tolerance: float | None, margin: float | None = None,
+                 wide: bool = False):
         self.results, self.tolerance, self.margin, self.wide = results, tolerance, margin, wide
 
     def print(self, out: Console | None = None) -> None:
@@ -329,7 +334,7 @@ class ComparisonTable:
                 out.print(plain(f"{r.a} / {r.b} by {unit}: " + " ".join(f"{x:.3f}" for x in r.per_unit)))
 
 
-def _interval_header(results: list) -> str:
+def _interval_header(results: list[Comparison]) -> str:
     """The interval column's name: with its confidence when every row shares one (an ``until``
     run's last look spends less than 5% of error, so its intervals are wider than 95%)."""
     levels = {r.confidence for r in results}
@@ -345,12 +350,12 @@ class PeakTable:
 
     def __init__(self, out: Console | None = None):
         self.console = out or console()
-        self.rows: list = []
+        self.rows: list[PeakOutcome] = []
 
     def __enter__(self) -> "PeakTable":
         return self
 
-    def add(self, outcome) -> None:
+    def add(self, outcome: PeakOutcome) -> None:
         self.rows.append(outcome)
         figure = f"{outcome.measurement.flops_per_s / 1e9:.1f} GFLOP/s" if outcome.measurement else outcome.reason
         self.console.print(plain(f"{outcome.backend_id} {outcome.precision}: {figure}"))

@@ -94,7 +94,8 @@ def load_catalogue(path: str | Path | None = None) -> list[Price]:
 
 def _checked(document: Any, what: str) -> list[dict[str, Any]]:
     validation.validate_or_raise("prices", document, what=what)
-    return document["entries"]
+    entries: list[dict[str, Any]] = document["entries"]
+    return entries
 
 
 def choose_price(record: Record, catalogue: list[Price], explicit: Price | None) -> Price | None:

@@ -93,7 +93,9 @@ def startup_of(outcomes: Sequence[Trial]) -> StartupSummary:
     found = [o.startup for o in outcomes if o.status == "ok" and o.startup is not None]
     if not found:
         return StartupSummary(None, None, None, 0, reason=_noted(outcomes, "startup", "no trial's start-up was timed"))
-    middle = lambda name: statistics.median(getattr(s, name) for s in found)  # noqa: E731
+    def middle(name: str) -> float:
+        return float(statistics.median(getattr(s, name) for s in found))
+
     compiled = [s.compile_s for s in found if s.compile_s is not None]
     return StartupSummary(middle("worker_to_first_step_s"), middle("first_step_s"), middle("warmup_s"), len(found),
                           compile_s=statistics.median(compiled) if len(compiled) == len(found) else None)

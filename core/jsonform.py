@@ -22,6 +22,14 @@ from typing import Any, TypeVar, Union
 T = TypeVar("T")
 
 
+def to_object(value: Any) -> dict[str, Any]:
+    """The JSON object of a dataclass."""
+    form = to_json(value)
+    if not isinstance(form, dict):
+        raise FormError(f"{type(value).__name__} is not a dataclass: its JSON form is no object")
+    return form
+
+
 def omitted_while_none() -> Any:
     """A field the JSON form leaves out while it is None (optional in the schema, not nullable)."""
     return dataclasses.field(default=None, metadata={"omit_if_none": True})
@@ -58,7 +66,8 @@ def from_json(kind: type[T], form: Any, where: str = "") -> T:
     """``form`` read into ``kind`` (a dataclass, or a list/dict/tuple/union of what it holds).
     Numbers are kept as written (an int in a float field stays an int), so that writing them again
     gives the same text. FormError names the key path of anything that does not fit."""
-    return _read(kind, form, where or kind.__name__)
+    read: T = _read(kind, form, where or kind.__name__)
+    return read
 
 
 def _read(kind: Any, form: Any, where: str) -> Any:

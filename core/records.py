@@ -21,7 +21,7 @@ from .backend import DeviceMemory, Prepared
 from .blocks import Block, Cost, Distributed, Environment, Schedule, Training, WorkerEnvironment
 from .config import RunConfig
 from .errors import UsageError
-from .jsonform import from_json, omitted_while_none, to_json
+from .jsonform import from_json, omitted_while_none, to_object
 from .registry import BackendRef
 from .timing import ProcessUsage, Timing
 
@@ -231,7 +231,7 @@ class Record:
 
     def to_json(self) -> dict[str, Any]:
         """The form the result schema checks and results files hold."""
-        return to_json(self)
+        return to_object(self)
 
     @classmethod
     def from_json(cls, form: dict[str, Any]) -> Record:
@@ -275,7 +275,7 @@ class ResultsDocument:
     command: list[str] | None = omitted_while_none()
 
     def to_json(self) -> dict[str, Any]:
-        return to_json(self)
+        return to_object(self)
 
     @classmethod
     def from_json(cls, form: dict[str, Any]) -> ResultsDocument:
@@ -424,7 +424,9 @@ def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps
     if timing:
         return Steps(timing.warmup_calls * per_call, timing.timed_calls * per_call, per_call,
                      timing.warmup_rule, timing.timed_rule)
-    whole = lambda steps: math.ceil(steps / per_call) * per_call  # noqa: E731
+    def whole(steps: int) -> int:
+        return math.ceil(steps / per_call) * per_call
+
     return Steps(whole(cfg.warmup_steps), whole(cfg.timed_steps or 0), per_call)
 
 

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from importlib import metadata
 
-from .blocks import Environment, Lock
+from .blocks import Accelerator, Environment, Lock
 from .config import RunConfig
 from .environment import CORE_PACKAGES
 from .errors import UsageError
@@ -103,6 +103,10 @@ def _versions(lock: Lock) -> dict[str, str]:
     return dict(pin.split("==", 1) for pin in lock.distributions)
 
 
+def _accelerators(found: list[Accelerator]) -> str:
+    return ", ".join(f"{a.name} (driver {a.driver})" for a in found) or "none"
+
+
 def machine_differences(then: Environment, now: Environment) -> list[str]:
     """Lines naming each machine fact that differs (CPU flags by what was gained and lost)."""
     lines = []
@@ -114,8 +118,7 @@ def machine_differences(then: Environment, now: Environment) -> list[str]:
             lost, gained = sorted(set(before or ()) - set(after or ())), sorted(set(after or ()) - set(before or ()))
             lines.append(f"cpu_flags: lost {' '.join(lost) or 'none'}; gained {' '.join(gained) or 'none'}")
         elif name == "accelerators":
-            show = lambda found: ", ".join(f"{a.name} (driver {a.driver})" for a in found) or "none"  # noqa: E731
-            lines.append(f"accelerators: {show(before)} -> {show(after)}")
+            lines.append(f"accelerators: {_accelerators(before)} -> {_accelerators(after)}")
         else:
             lines.append(f"{name}: {before} -> {after}")
     return lines
