@@ -29,7 +29,7 @@ import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -67,7 +67,7 @@ class Option:
     #: "bool", "int", "float", "str", or "any" (not checked)
     kind: str = "any"
     #: the only values accepted, when not empty
-    choices: tuple = ()
+    choices: tuple[Any, ...] = ()
     #: the smallest number accepted (int and float kinds)
     minimum: float | None = None
 
@@ -210,12 +210,12 @@ REMOVED_IN_API_2 = {
 }
 
 
-def _migrating(init):
+def _migrating(init: Callable[..., None]) -> Callable[..., None]:
     """``BackendInfo.__init__``, answering a plugin written for plugin API 1 with one line naming
     what replaced the field it used, where Python would say only 'unexpected keyword argument'."""
 
     @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
+    def __init__(self: BackendInfo, *args: Any, **kwargs: Any) -> None:
         for name, replacement in REMOVED_IN_API_2.items():
             if name in kwargs:
                 raise PluginAPIError(f"BackendInfo: {name!r} was removed in plugin API 2: {replacement}")
@@ -257,7 +257,9 @@ class Prepared:
 
     def problems(self) -> list[str]:
         """Fields of the wrong type (a third-party backend's mistake, caught before any record)."""
-        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        def number(v: object) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
         checks = {
             "device_name must be a string": isinstance(self.device_name, str),
             "flops_per_image must be a number or None": self.flops_per_image is None or number(self.flops_per_image),
@@ -383,18 +385,22 @@ class RunBackend(Backend):
     run: Any
 
     def step(self) -> float | None:
-        return self.run.step()
+        loss: float | None = self.run.step()
+        return loss
 
     def train_step(self, learning_rate: float) -> float:
-        return self.run.train_step(learning_rate)
+        loss: float = self.run.train_step(learning_rate)
+        return loss
 
     def evaluate(self) -> dict[str, float]:
-        return self.run.evaluate()
+        scores: dict[str, float] = self.run.evaluate()
+        return scores
 
     def device_memory(self) -> DeviceMemory:
         """``self.run.device_memory()`` where the run object has one."""
         if hasattr(self.run, "device_memory"):
-            return self.run.device_memory()
+            memory: DeviceMemory = self.run.device_memory()
+            return memory
         return super().device_memory()
 
     def teardown(self) -> dict[str, Any]:

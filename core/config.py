@@ -36,7 +36,7 @@ class Flag:
     choices: tuple[str, ...] | None = None
 
 
-def flag(help: str, kind: str = "str", name: str | None = None, choices: tuple[str, ...] | None = None) -> dict:
+def flag(help: str, kind: str = "str", name: str | None = None, choices: tuple[str, ...] | None = None) -> dict[str, Flag]:
     return {"flag": Flag(help, kind, name, choices)}
 
 

@@ -14,10 +14,10 @@ import sys
 import time
 from typing import Any
 
-from . import records, runner, session
+from . import planning, records, runner, session
 from .config import RunConfig
 from .errors import UsageError
-from .registry import PluginHost
+from .registry import BackendRef, PluginHost
 
 #: an async step returns at once and the work lands on a later step: mean >> median, tiny minimum
 ASYNC_MEAN_OVER_MEDIAN = 3.0
@@ -39,20 +39,21 @@ def check_all(backend: str, **config: Any) -> records.Record:
     return record_validates(backend, **config)
 
 
-def describes_without_framework(backend: str) -> dict:
+def describes_without_framework(backend: str) -> dict[str, Any]:
     """Listing and describing the backend in a fresh interpreter imports none of its framework."""
     code = ("import json, sys\n"
             "from accelbench.registry import PluginHost\n"
             f"[ref] = PluginHost().select(backends=[{backend!r}])\n"
             "info = ref.backend.describe().to_json()\n"
             "print(json.dumps({'info': info, 'loaded': [m for m in info['requires'] if m in sys.modules]}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, **path_env())
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=path_env())
     if out.returncode:
         raise ContractViolation(f"{backend}: describing it failed: {out.stderr.strip().splitlines()[-1:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if result["loaded"]:
         raise ContractViolation(f"{backend}: describing it imported {', '.join(result['loaded'])}")
-    return result["info"]
+    info: dict[str, Any] = result["info"]
+    return info
 
 
 def refuses_bad_config(backend: str) -> list[str]:
@@ -62,14 +63,14 @@ def refuses_bad_config(backend: str) -> list[str]:
     ref = _ref(backend)
     info = ref.backend.describe()
     try:
-        runner.plan([ref], RunConfig(precision="no-such-precision"))
+        planning.plan([ref], RunConfig(precision="no-such-precision"))
     except UsageError as exc:
         reasons = [str(exc)]
     else:
         raise ContractViolation(f"{backend}: a precision it does not declare was not refused")
     for kind in [d for d in info.devices if d != "cpu"][:1]:  # the backend's own check must say no
         config = RunConfig(device=kind, device_count=4096, global_batch=4096, timed_steps=1, warmup_steps=0)
-        [record] = runner.execute(runner.plan([ref], config), records.check_all)
+        [record] = runner.execute(planning.plan([ref], config), records.check_all)
         if record.status != "unavailable" or not record.reason:
             raise ContractViolation(f"{backend}: an impossible config gave {record.status!r}: {record.reason}")
         reasons.append(record.reason)
@@ -119,20 +120,20 @@ def record_validates(backend: str, **config: Any) -> records.Record:
 
 def _run(backend: str, **config: Any) -> records.Record:
     defaults = {"warmup_steps": 2, "timed_steps": 5}
-    [record] = runner.execute(runner.plan([_ref(backend)], RunConfig.from_dict({**defaults, **config})),
+    [record] = runner.execute(planning.plan([_ref(backend)], RunConfig.from_dict({**defaults, **config})),
                               records.check_all)
     if not record.ok:
         raise ContractViolation(f"{backend}: run ended {record.status}: {record.reason}")
     return record
 
 
-def _ref(backend: str):
+def _ref(backend: str) -> BackendRef:
     [ref] = PluginHost().select(backends=[backend])
     return ref
 
 
-def path_env() -> dict:
-    """Run the subprocess with this interpreter's import path, so it sees the same plugins."""
+def path_env() -> dict[str, str]:
+    """A subprocess's environment with this interpreter's import path, so it sees the same plugins."""
     import os
 
-    return {"env": {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}

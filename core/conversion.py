@@ -27,7 +27,7 @@ class DatasetWriter:
         self.ref = ref
         self.worker: Worker | None = None
 
-    def __call__(self, examples: list, stem: str) -> tuple[list[str], list[tuple[str, int]]]:
+    def __call__(self, examples: list[Any], stem: str) -> tuple[list[str], list[tuple[str, int]]]:
         files = self._call("write_dataset", [(e.path, e.label) for e in examples], stem)
         return files, self.read(files)
 

@@ -13,7 +13,7 @@ from typing import Callable
 from . import environment, envs, launch, multiworker, netns
 from .blocks import Distributed
 from .config import RunConfig
-from .launch import Engine
+from .launch import Engine, LaunchPlan
 from .records import Record, RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .workers import WorkerFailure
@@ -56,7 +56,7 @@ def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome]
                        multiworker.per_worker(outcomes, per_worker_batch, first_rank), baseline, None, network)
 
 
-def run_rank(ref: BackendRef, config: RunConfig, launch_plan, rank: int) -> Record:
+def run_rank(ref: BackendRef, config: RunConfig, launch_plan: LaunchPlan, rank: int) -> Record:
     """One rank of a multi-host job (``accelbench worker``): its record, merged later with the
     other ranks' by ``accelbench merge``. Its throughput is the job's as this rank timed it."""
     [setup] = envs.setups_for(ref)

@@ -50,7 +50,7 @@ def _type_of(spec: dict[str, Any]) -> str:
         return f"array of {_type_of(spec['items'])}"
     if "oneOf" in spec or "anyOf" in spec:
         return " or ".join(_type_of(option) for option in spec.get("oneOf") or spec["anyOf"])
-    return kinds
+    return str(kinds)
 
 
 def _one_line(text: str) -> str:

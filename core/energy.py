@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 POWERCAP_ROOT_VARIABLE = "ACCELBENCH_POWERCAP_ROOT"
 DEFAULT_POWERCAP_ROOT = "/sys/class/powercap"
@@ -159,7 +159,7 @@ def _nvml_counters() -> tuple[list[_Counter], str]:
     counters, reasons = [], []
     for index in _visible(count):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        read = lambda handle=handle: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3  # noqa: E731 - mJ
+        read = _nvml_joules(pynvml, handle)
         try:
             read()
         except pynvml.NVMLError as exc:
@@ -167,6 +167,14 @@ def _nvml_counters() -> tuple[list[_Counter], str]:
             continue
         counters.append(_Counter(f"NVML GPU {index}", read))
     return counters, "; ".join(reasons)
+
+
+def _nvml_joules(pynvml: Any, handle: Any) -> Callable[[], float]:
+    """A reader of one GPU's total energy counter, in joules (NVML counts millijoules)."""
+    def read() -> float:
+        return float(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1e3
+
+    return read
 
 
 def _visible(count: int) -> list[int]:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 from functools import cache
 from importlib import metadata
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from .blocks import Environment
 from .jsonform import from_json
@@ -42,7 +42,7 @@ def collect(modules: Iterable[str] = ()) -> Environment:
 
 
 @cache
-def lock() -> dict:
+def lock() -> dict[str, Any]:
     """Every distribution installed in this Python, as ``name==version`` lines, with this
     interpreter's version and a hash of both: what ``accelbench rerun`` compares and restores."""
     import hashlib
@@ -55,7 +55,7 @@ def lock() -> dict:
     return {"python": python, "distributions": pins, "sha256": digest}
 
 
-def _when_known(key: str, value: object) -> dict:
+def _when_known(key: str, value: object) -> dict[str, object]:
     return {} if value is None else {key: value}
 
 
@@ -116,7 +116,7 @@ def device_counts() -> dict[str, int]:
 
 
 @cache
-def gpus() -> list[dict]:
+def gpus() -> list[dict[str, str]]:
     """NVIDIA GPUs as nvidia-smi reports them, with the driver version; [] when there is none."""
     if not shutil.which("nvidia-smi"):
         return []
@@ -131,7 +131,7 @@ def gpus() -> list[dict]:
 
 
 @cache
-def tpus() -> list[dict]:
+def tpus() -> list[dict[str, str]]:
     """TPU chips visible through their device files (TPU VMs); [] elsewhere."""
     chips = sorted(glob.glob("/dev/accel*")) or (sorted(glob.glob("/dev/vfio/[0-9]*"))
                                                   if os.environ.get("TPU_ACCELERATOR_TYPE") else [])

@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from .blocks import WorkerEnvironment
 from .errors import UsageError
@@ -107,7 +107,7 @@ def parse_requirements(text: str, flag: str = "--env") -> tuple[str, ...]:
     return parts
 
 
-def create(env: Environment, say=print) -> float:
+def create(env: Environment, say: Callable[[str], None] = print) -> float:
     """Make the environment (replacing a half-made one); seconds taken. EnvironmentError_ with
     the installer's reason when it cannot be made; nothing is left behind then."""
     started = time.monotonic()
@@ -142,7 +142,7 @@ def create(env: Environment, say=print) -> float:
     return time.monotonic() - started
 
 
-def ensure(env: Environment, allow_create: bool, say=print) -> Environment:
+def ensure(env: Environment, allow_create: bool, say: Callable[[str], None] = print) -> Environment:
     """The environment, made now if it does not exist yet (and ``allow_create``)."""
     if env.exists():
         return env
@@ -156,9 +156,9 @@ def ensure(env: Environment, allow_create: bool, say=print) -> Environment:
     return env
 
 
-def listing() -> list[dict]:
+def listing() -> list[dict[str, Any]]:
     """Every cached environment: path, Python, requirements, size."""
-    found: list[dict] = []
+    found: list[dict[str, Any]] = []
     if not root().exists():
         return found
     for path in sorted(root().iterdir()):
@@ -276,7 +276,8 @@ def _installed_versions(python: Path, requirements: tuple[str, ...]) -> dict[str
               "    except metadata.PackageNotFoundError: pass\nprint(json.dumps(found))")
     try:
         done = subprocess.run([str(python), "-c", script, *names], capture_output=True, text=True, timeout=60)
-        return json.loads(done.stdout or "{}")
+        versions: dict[str, str] = json.loads(done.stdout or "{}")
+        return versions
     except (OSError, subprocess.SubprocessError, ValueError):
         return {}
 
@@ -371,7 +372,8 @@ def host_satisfies(requirements: tuple[str, ...]) -> bool:
     return True
 
 
-def interpreter(setup: WorkerSetup, allow_create: bool, say=print) -> tuple[str | None, WorkerEnvironment]:
+def interpreter(setup: WorkerSetup, allow_create: bool,
+                say: Callable[[str], None] = print) -> tuple[str | None, WorkerEnvironment]:
     """The Python to start workers with (None: the host's) and the record's description of it;
     EnvironmentError_ when its environment cannot be made."""
     if setup.python:  # one the user made

@@ -73,12 +73,12 @@ def check_finite(data: Any, what: str, where: str = "$") -> None:
             check_finite(value, what, f"{where}[{index}]")
 
 
-class FiniteFloat(click.ParamType):
+class FiniteFloat(click.ParamType):  # type: ignore[type-arg]  # generic in click's stubs only
     """A float option that refuses nan and ±inf (click's FLOAT accepts them)."""
 
     name = "number"
 
-    def convert(self, value: Any, param, ctx) -> float:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, float) and math.isfinite(value):
             return value
         try:
@@ -100,7 +100,7 @@ MAX_TIMEOUT_S = 30 * 24 * 3600.0
 class Timeout(FiniteFloat):
     """Seconds: finite, positive and at most ``MAX_TIMEOUT_S``."""
 
-    def convert(self, value: Any, param, ctx) -> float:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         number = super().convert(value, param, ctx)
         if not 0 < number <= MAX_TIMEOUT_S:
             self.fail(f"{value!r} is not between 0 and {MAX_TIMEOUT_S:.0f} seconds (30 days)", param, ctx)

@@ -105,7 +105,8 @@ def distinct_free_ports(host: str = LOOPBACK) -> Iterator[Callable[[], int]]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         held.append(sock)
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
     try:
         yield take

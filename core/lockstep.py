@@ -39,7 +39,7 @@ import os
 import signal
 import time
 from statistics import median
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import busy, envs, footprint, records, stats
 from .backend import Prepared
@@ -49,8 +49,12 @@ from .energy import EnergyUse
 from .errors import UsageError
 from .records import Record, RunContext, TrialOutcome
 from .runner import RunObserver, ScheduledRun
+from .schedule import Schedule
 from .timing import ProcessUsage, Timing
 from .workers import Worker, WorkerFailure
+
+if TYPE_CHECKING:
+    from .planning import Plan
 
 #: the time from a SIGSTOP or SIGCONT to its taking effect in every thread, before a block starts
 SETTLE_S = 0.05
@@ -137,7 +141,7 @@ class Side:
         self.device_memory = self._call("device_memory")
         self._call("teardown")
 
-    def _call(self, command: str, *args):
+    def _call(self, command: str, *args: Any) -> Any:
         # the timeout is per phase here: a lockstep worker lives for a whole pair of many blocks
         if self.worker is None:
             raise RuntimeError(f"lockstep side {self.ctx.ref.id}: {command} before the side was opened")
@@ -182,7 +186,7 @@ class Side:
 class LockstepRun(ScheduledRun):
     """The state of a lockstep invocation: pairs of processes, one after another."""
 
-    def __init__(self, plans, schedule, create_envs: bool = True):
+    def __init__(self, plans: list[Plan], schedule: Schedule, create_envs: bool = True):
         super().__init__(plans, schedule, create_envs)
         self.clock0 = time.monotonic()
         #: plans whose side failed in the pair now running (their outcome is kept already)
@@ -374,8 +378,8 @@ class LockstepRun(ScheduledRun):
         return block
 
 
-def execute(plans, on_records: Callable[[list[Record]], None], observer: RunObserver | None = None,
-            schedule=None, create_envs: bool = True) -> list[Record]:
+def execute(plans: list[Plan], on_records: Callable[[list[Record]], None], observer: RunObserver | None = None,
+            schedule: Schedule | None = None, create_envs: bool = True) -> list[Record]:
     """Run the plans in lockstep pairs (``schedule.kind == "lockstep"``); return one record per plan.
 
     After every pair, ``on_records`` gets the records so far: a finished pair is never lost, even
@@ -384,6 +388,7 @@ def execute(plans, on_records: Callable[[list[Record]], None], observer: RunObse
     if any(p.config.workers > 1 for p in plans):
         raise UsageError("--schedule lockstep compares single-worker runs: give --schedule interleaved "
                          "with --workers > 1")
+    schedule = schedule or Schedule(kind="lockstep", rounds=max((p.config.trials for p in plans), default=1))
     run = LockstepRun(plans, schedule, create_envs)
 
     def pair_done() -> None:

@@ -98,7 +98,8 @@ def _check_memory(process: Worker, rank: int) -> None:
         raise WorkerFailure(failure.status, f"worker rank {rank}: {failure.reason} [log: {process.name_log()}]") from None
 
 
-def _take(process: Worker, rank: int | None, answers: dict[int, Any], on_progress) -> None:
+def _take(process: Worker, rank: int | None, answers: dict[int, Any],
+          on_progress: Callable[[str, int, int], None] | None) -> None:
     who = f"worker rank {rank}" if rank is not None else f"{process.label} process"
     try:
         done, answer = process.take(process.receive_now(), on_progress)

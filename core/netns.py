@@ -37,7 +37,7 @@ ISOLATED = "loopback only (a private network namespace)"
 class LoopbackNamespace:
     """A running holder process; its namespace lives as long as it does."""
 
-    holder: subprocess.Popen
+    holder: subprocess.Popen[str]
     #: whether the namespace has its own user namespace (not root): joining enters it first
     with_user_namespace: bool
 
@@ -72,7 +72,7 @@ def start() -> tuple[LoopbackNamespace | None, str]:
     return None, f"the host's network (no private network namespace here: {line.removeprefix('error: ').strip()})"
 
 
-def _read_line(holder: subprocess.Popen) -> str:
+def _read_line(holder: subprocess.Popen[str]) -> str:
     import selectors
 
     assert holder.stdout is not None, "the holder is started with stdout=PIPE"
@@ -83,13 +83,13 @@ def _read_line(holder: subprocess.Popen) -> str:
     return holder.stdout.readline() or f"error: the namespace holder exited with code {holder.wait()}"
 
 
-def _stop(holder: subprocess.Popen) -> None:
+def _stop(holder: subprocess.Popen[str]) -> None:
     if holder.poll() is None:
         holder.kill()
     holder.wait()
 
 
-def _libc():
+def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 

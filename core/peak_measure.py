@@ -4,10 +4,11 @@ per precision, measured in a fresh worker like any run and cached for records (`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import environment, envs, peaks, records
 from .config import RunConfig
-from .planning import plan
+from .planning import Plan, plan
 from .registry import BackendRef
 from .workers import Worker, WorkerFailure
 
@@ -36,7 +37,7 @@ class PeakOutcome:
     reason: str = ""
     measurement: peaks.Measured | None = None
     #: what the backend's prepare_matmul reported using (threads, oneDNN, dtypes)
-    settings: dict | None = None
+    settings: dict[str, Any] | None = None
     #: what the backend said the figure needs read with (a precision the framework emulates)
     warnings: list[str] = field(default_factory=list)
 
@@ -51,15 +52,16 @@ def per_framework(refs: list[BackendRef]) -> list[BackendRef]:
     return list(chosen.values())
 
 
-def for_plans(plans: list) -> list[tuple[BackendRef, str, str, int | None]]:
+def for_plans(plans: list[Plan]) -> list[tuple[BackendRef, str, str, int | None]]:
     """What ``accelbench run --peak`` measures before its runs: each framework, precision and
     device of the plans that can run, once, with the first of its backends that measures a peak
     (and the plan's threads)."""
     wanted: dict[tuple[str, str, str], tuple[BackendRef, str, str, int | None]] = {}
     for item in plans:
         if item.precheck is None and item.ref.backend.measures_peak():
-            key = (item.ref.backend.describe().framework, item.config.precision, item.config.device)
-            wanted.setdefault(key, (item.ref, item.config.precision, item.config.device, item.config.threads))
+            precision = item.config.resolved_precision
+            key = (item.ref.backend.describe().framework, precision, item.config.device)
+            wanted.setdefault(key, (item.ref, precision, item.config.device, item.config.threads))
     return list(wanted.values())
 
 

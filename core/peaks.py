@@ -30,7 +30,9 @@ class Peak:
 
 @cache
 def _table() -> list[dict[str, Any]]:
-    return json.loads(resources.files("accelbench").joinpath("data/accelerator_peaks.json").read_text())["entries"]
+    document = json.loads(resources.files("accelbench").joinpath("data/accelerator_peaks.json").read_text())
+    entries: list[dict[str, Any]] = document["entries"]
+    return entries
 
 
 def published(kind: str, device_name: str, precision: str, devices: int = 1) -> Peak | None:

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pytest
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from .records import Record
+    from .session import BackendSession
 
 EXTRA_INFO_KEY = "accelbench_record"
 
@@ -85,7 +88,7 @@ def accelbench_session() -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture
-def accelbench_benchmark(benchmark, accelbench_session) -> Callable[..., Record | None]:
+def accelbench_benchmark(benchmark: Any, accelbench_session: Callable[..., BackendSession]) -> Callable[..., Record | None]:
     """Time real training steps with pytest-benchmark and return the schema-valid record.
 
     Each round is one ``step()`` in the worker, ending with the device sync, so
@@ -119,14 +122,14 @@ def accelbench_benchmark(benchmark, accelbench_session) -> Callable[..., Record 
 
 
 @pytest.fixture
-def accelbench_contract():
+def accelbench_contract() -> ModuleType:
     """Contract checks a plugin author can run against any backend (see ``accelbench.contract``)."""
     from . import contract
 
     return contract
 
 
-def pytest_benchmark_update_json(config, benchmarks, output_json: dict) -> None:
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], output_json: dict[str, Any]) -> None:
     """Add an ``accelbench`` block holding every accelbench record of the run, each validated."""
     from . import records, validation
 

@@ -15,12 +15,18 @@ import os
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cost
 from .blocks import Cost, Training
 from .errors import UsageError
 from .records import Record
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from .compare import Comparison
 
 SWEEP_PNG = "throughput_vs_batch.png"
 DOLLARS_PNG = "images_per_dollar.png"
@@ -34,18 +40,15 @@ REFERENCE_MARKERS = ("*", "P", "X", "D", "s", "^")
 DEFAULT_TOLERANCE = 0.03
 
 
-def _pyplot():
-    """matplotlib's pyplot, headless, with labels as plain text: a '$' in a plugin's name must not
-    start mathtext (it would fail on the unbalanced dollar)."""
+def _headless() -> None:
+    """Before pyplot is imported: matplotlib headless, with labels as plain text (a '$' in a
+    plugin's name must not start mathtext: it would fail on the unbalanced dollar)."""
     import matplotlib
     matplotlib.use("Agg")
     matplotlib.rcParams["text.parse_math"] = False
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
-def _plain_log_ticks(ax) -> None:
+def _plain_log_ticks(ax: Axes) -> None:
     """Log axes' ticks as plain numbers (8, 16, 1000): their default labels are math text
     ($\\mathdefault{10^{3}}$), which would print raw, since math text is off to keep a '$' in a
     plugin's name literal; the minor ticks unlabelled, so labels never overprint each other."""
@@ -56,7 +59,7 @@ def _plain_log_ticks(ax) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
-def _finished(fig, ax, xlabel: str, ylabel: str, title: str):
+def _finished(fig: Figure, ax: Axes, xlabel: str, ylabel: str, title: str) -> Figure:
     """Labels, grid, legend and a layout that keeps them inside the figure."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -68,7 +71,8 @@ def _finished(fig, ax, xlabel: str, ylabel: str, title: str):
 
 
 def study_reference() -> dict[str, Any]:
-    return json.loads(resources.files("accelbench").joinpath("data/study_2018.json").read_text())
+    reference: dict[str, Any] = json.loads(resources.files("accelbench").joinpath("data/study_2018.json").read_text())
+    return reference
 
 
 def run_label(record: Record) -> str:
@@ -96,8 +100,9 @@ def sweep_series(records: list[Record]) -> dict[str, list[tuple[int, float]]]:
     return {label: sorted(points) for label, points in series.items()}
 
 
-def sweep_figure(records: list[Record], reference: dict[str, Any] | None, title: str = ""):
-    plt = _pyplot()
+def sweep_figure(records: list[Record], reference: dict[str, Any] | None, title: str = "") -> Figure:
+    _headless()
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for label, points in sweep_series(records).items():
@@ -114,11 +119,12 @@ def sweep_figure(records: list[Record], reference: dict[str, Any] | None, title:
                      title or "Training throughput against batch size")
 
 
-def dollars_figure(records: list[Record], reference: dict[str, Any] | None, catalogue: list[cost.Price]):
-    plt = _pyplot()
+def dollars_figure(records: list[Record], reference: dict[str, Any] | None, catalogue: list[cost.Price]) -> Figure:
+    _headless()
+    import matplotlib.pyplot as plt
 
     bars = [(f"{run_label(r)} b{r.batch.global_}", r.cost.images_per_dollar, "tab:blue", "")
-            for r in records if r.cost and r.cost.price]
+            for r in records if r.cost and r.cost.price and r.cost.images_per_dollar is not None]
     if reference:
         prices = {p.name: p for p in catalogue}
         bars += [(f"2018 study, published: {ref['label']}",
@@ -133,10 +139,11 @@ def dollars_figure(records: list[Record], reference: dict[str, Any] | None, cata
     return fig
 
 
-def footprint_figure(records: list[Record], title: str):
+def footprint_figure(records: list[Record], title: str) -> Figure:
     """Per run: its start-up in three parts (to the first step, the first step, the rest of the
     warm-up) and its peak memory (host, and the device's where the framework said)."""
-    plt = _pyplot()
+    _headless()
+    import matplotlib.pyplot as plt
 
     shown = [(r, r.startup) for r in records if r.startup and r.startup.worker_to_first_step_s is not None]
     fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 0.5 * len(shown) + 1.8), sharey=True)
@@ -159,9 +166,10 @@ def footprint_figure(records: list[Record], title: str):
     return fig
 
 
-def accuracy_figure(records: list[Record]):
+def accuracy_figure(records: list[Record]) -> Figure:
     """Held-out top-1 against epoch, one line per train-mode record; its target dashed."""
-    plt = _pyplot()
+    _headless()
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for record, training in training_records(records):
@@ -187,8 +195,9 @@ def round_series(records: list[Record]) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
-def rounds_figure(series: dict[str, list[tuple[int, float]]]):
-    plt = _pyplot()
+def rounds_figure(series: dict[str, list[tuple[int, float]]]) -> Figure:
+    _headless()
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for label, points in series.items():
@@ -219,13 +228,14 @@ def is_study_workload(records: list[Record], reference: dict[str, Any]) -> bool:
     """A reference's figures belong only beside its own workload (the 2018 study's: ResNet-50 at
     224x224 on synthetic data), as its data file states it."""
     r, workload = records[0], reference["workload"]
-    return (r.model.name == workload["model"] and r.image_size == workload["image_size"]
-            and (r.mode or "throughput") == workload["mode"])
+    return bool(r.model.name == workload["model"] and r.image_size == workload["image_size"]
+                and (r.mode or "throughput") == workload["mode"])
 
 
-def comparison_figure(results: list, tolerance: float):
+def comparison_figure(results: list[Comparison], tolerance: float) -> Figure:
     """A forest plot: each pair's ratio with its 95% interval, the tolerance band shaded."""
-    plt = _pyplot()
+    _headless()
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(results) + 1.6))
     ax.axvspan(1 - tolerance, 1 + tolerance, color="tab:green", alpha=0.12, label=f"±{tolerance:.0%}")
@@ -243,10 +253,11 @@ def comparison_figure(results: list, tolerance: float):
     return fig
 
 
-def pairs_figure(results: list):
+def pairs_figure(results: list[Comparison]) -> Figure:
     """A forest plot by pair for each lockstep comparison: every pair's ratio (red where a block of
     the pair was busy), and above them the interval over the pairs."""
-    plt = _pyplot()
+    _headless()
+    import matplotlib.pyplot as plt
 
     rows = sum(len(r.per_unit) + 2 for r in results)
     fig, ax = plt.subplots(figsize=(8, 0.28 * rows + 1.6))
@@ -310,7 +321,8 @@ def write(records: list[Record], out_dir: str | Path, pricing: cost.Pricing,
     by_pair = [c for c in comparisons if c.analysis == compare.LOCKSTEP_ANALYSIS]
     if by_pair:
         figures.append((PAIRS_PNG, pairs_figure(by_pair)))
-    plt = _pyplot()
+    _headless()
+    import matplotlib.pyplot as plt
     for name, fig in figures:
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
@@ -328,7 +340,7 @@ def _figure_name(workload_index: int, name: str) -> str:
     return f"w{workload_index}-{name}"
 
 
-def _page(records: list[Record], groups: dict[str, list[Record]], comparisons: list,
+def _page(records: list[Record], groups: dict[str, list[Record]], comparisons: list[Comparison],
           tolerance: float, reference: dict[str, Any] | None, catalogue: list[cost.Price], epochs: int,
           by_pair: bool = False) -> str:
     sections = "\n".join(_workload_section(index, label, members, epochs)
@@ -397,14 +409,18 @@ Energy is the machine's own counters over the timed steps (whole devices, every 
 
 def _footprint_cells(r: Record) -> list[str]:
     s, memory, spent = r.startup, r.memory, r.energy
-    seconds = lambda value: f"{value:.2f}" if value is not None else "-"  # noqa: E731
-    gib = lambda value: f"{value / 2**30:.2f}" if value is not None else "-"  # noqa: E731
+    def seconds(value: float | None) -> str:
+        return f"{value:.2f}" if value is not None else "-"
+
+    def gib(value: int | None) -> str:
+        return f"{value / 2**30:.2f}" if value is not None else "-"
+
     priced = r.cost.energy if r.cost else None
     energy_cost = (f"{priced.per_epoch:,.2f} {priced.currency} at {priced.price_per_kwh:g}/kWh"
                    if priced and priced.per_epoch is not None else "-")
     return [run_label(r) + f" b{r.batch.global_}",
-            seconds(s and s.worker_to_first_step_s), seconds(s and s.first_step_s), seconds(s and s.warmup_s),
-            gib(memory and memory.host_peak_bytes),
+            seconds(s.worker_to_first_step_s if s else None), seconds(s.first_step_s if s else None),
+            seconds(s.warmup_s if s else None), gib(memory.host_peak_bytes if memory else None),
             gib(memory.device_peak_bytes) if memory and memory.device_peak_bytes is not None
             else f"- ({(memory and memory.device_reason) or ''})",
             f"{spent.joules_per_image:.3g}" if spent and spent.joules_per_image is not None
@@ -412,7 +428,7 @@ def _footprint_cells(r: Record) -> list[str]:
             f"{spent.images_per_kwh:,.0f}" if spent and spent.images_per_kwh is not None else "-", energy_cost]
 
 
-def _comparison_section(comparisons: list, tolerance: float) -> str:
+def _comparison_section(comparisons: list[Comparison], tolerance: float) -> str:
     if not comparisons:
         return ""
     rows = "".join(
@@ -447,7 +463,9 @@ def _run_row(r: Record, epochs: int) -> str:
     tp, st, fl = r.throughput, r.step_time, r.flops
     c = r.cost or Cost(None, "not priced")
     price = c.price
-    money = lambda value, form: format(value, form) if price and value is not None else "-"  # noqa: E731
+    def money(value: float | None, form: str) -> str:
+        return format(value, form) if price and value is not None else "-"
+
     cells = [
         html.escape(run_label(r)), html.escape(r.status + (f": {r.reason}" if r.reason else "")),
         f"{r.batch.global_} / {r.batch.per_device}",

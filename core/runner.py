@@ -19,7 +19,8 @@ from .blocks import Schedule as ScheduleBlock
 from .blocks import WorkerEnvironment
 from .config import RunConfig
 from .jsonform import from_json, to_json
-from .planning import Plan, plan  # noqa: F401 - the Python API: runner.plan, then runner.execute
+from .planning import Plan as Plan  # the Python API: runner.plan, then runner.execute
+from .planning import plan as plan
 from .records import Record, RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .schedule import MIN_DECIDING_ROUNDS, Schedule
@@ -57,7 +58,7 @@ TRAIN_MODE_NOTES = {"energy": "train mode: one epoch ran, the warm-up, and no la
 
 
 def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, int, int], None] | None = None,
-              python: str | None = None, on_environment: Callable[[dict], None] | None = None) -> TrialOutcome:
+              python: str | None = None, on_environment: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
     """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker
     (of ``python``, else the host's; ``on_environment`` gets what is installed there)."""
     try:
@@ -216,8 +217,8 @@ class ScheduledRun:
             self.contexts[index].worker = dataclasses.replace(described, added=list(setup.added) or None)
         return self.pythons[index]
 
-    def _learn_worker(self, index: int) -> Callable[[dict], None]:
-        def learn(found: dict) -> None:  # what the worker read in its own Python, as JSON over its pipe
+    def _learn_worker(self, index: int) -> Callable[[dict[str, Any]], None]:
+        def learn(found: dict[str, Any]) -> None:  # what the worker read in its own Python, as JSON over its pipe
             known = self.contexts[index].worker
             self.contexts[index].worker = from_json(WorkerEnvironment, {**(to_json(known) if known else {}), **found})
         return learn
@@ -251,5 +252,8 @@ def _baseline_key(ref: BackendRef, config: RunConfig) -> str:
     return configuration.single_worker_baseline(config).replace(seed=0).config_hash() + ref.id
 
 
-def _trial_progress(ctx: RunContext, trial: int, observer: RunObserver):
-    return lambda phase, done, total: observer.progress(ctx.ref.id, trial, phase, done, total)
+def _trial_progress(ctx: RunContext, trial: int, observer: RunObserver) -> Callable[[str, int, int | None], None]:
+    def progress(phase: str, done: int, total: int | None) -> None:
+        observer.progress(ctx.ref.id, trial, phase, done, total)
+
+    return progress

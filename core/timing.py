@@ -24,9 +24,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .energy import EnergyUse, Meter
+
+if TYPE_CHECKING:
+    from .config import RunConfig
 
 #: progress is reported at most this often, so reporting costs nothing measurable
 PROGRESS_INTERVAL_S = 1.0
@@ -49,9 +52,11 @@ class TimingPlan:
     steps_per_call: int = 1
 
     @classmethod
-    def from_config(cls, config, steps_per_call: int) -> "TimingPlan":
+    def from_config(cls, config: RunConfig, steps_per_call: int) -> "TimingPlan":
         """The plan of a resolved RunConfig: its warm-up rule and step count or time box."""
-        whole = lambda steps: math.ceil(steps / steps_per_call)  # noqa: E731
+        def whole(steps: int) -> int:
+            return math.ceil(steps / steps_per_call)
+
         return cls(warmup_calls=whole(config.warmup_steps), stable_warmup=config.warmup == "stable",
                    timed_calls=whole(config.timed_steps) if config.timed_steps else None,
                    time_box_s=config.time_s, steps_per_call=steps_per_call)
@@ -222,7 +227,9 @@ def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bo
 def warm_up(step: Callable[[], float | None], plan: TimingPlan,
             report: Callable[[str, int, int | None], None] = lambda *_: None) -> tuple[int, str]:
     """Run the warm-up; return the calls it took and why it ended."""
-    steps = lambda calls: calls * plan.steps_per_call  # noqa: E731
+    def steps(calls: int) -> int:
+        return calls * plan.steps_per_call
+
     if not plan.stable_warmup or plan.warmup_calls == 0:
         for i in range(plan.warmup_calls):
             step()

@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .blocks import CurvePoint, Training
 from .config import flag
@@ -23,11 +23,17 @@ from .energy import EnergyUse, Meter
 from .errors import UsageError
 from .timing import ProcessUsage, Timing, TimingPlan, run_timed
 
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .config import RunConfig
+
 
 def presets() -> dict[str, dict[str, Any]]:
     """Defaults per dataset preset (the manifest says which), every field overridable. Recipes
     are data (``data/train_presets.json``), including the model each was written for."""
-    return json.loads(resources.files("accelbench").joinpath("data/train_presets.json").read_text())
+    found: dict[str, dict[str, Any]] = json.loads(
+        resources.files("accelbench").joinpath("data/train_presets.json").read_text())
+    return found
 
 
 #: the central crop kept for ImageNet evaluation (224 of 256), in every framework
@@ -99,7 +105,7 @@ class TrainingResult:
     steady: Timing | None = None
 
 
-def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
+def train(backend: Backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
           progress: Callable[[str, int, int], None] | None = None, meter: Meter | None = None) -> TrainingResult:
     """Train epoch by epoch, evaluating every ``eval_every`` epochs (and after the last one).
 
@@ -160,7 +166,8 @@ def train(backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
 
 def steps_per_epoch(dataset: dict[str, Any], global_batch: int) -> int:
     """Whole batches per pass over the training split (the last partial batch is dropped)."""
-    return dataset["splits"]["train"]["count"] // global_batch
+    count: int = dataset["splits"]["train"]["count"]
+    return count // global_batch
 
 
 def epoch_rates(spec: TrainSpec, epoch: int, steps_per_epoch: int, global_batch: int) -> list[float]:
@@ -169,7 +176,7 @@ def epoch_rates(spec: TrainSpec, epoch: int, steps_per_epoch: int, global_batch:
     return [spec.learning_rate(epoch - 1 + step / steps_per_epoch, global_batch) for step in range(steps_per_epoch)]
 
 
-def _evaluate(backend, row: CurvePoint, result: TrainingResult, start: float) -> None:
+def _evaluate(backend: Backend, row: CurvePoint, result: TrainingResult, start: float) -> None:
     began = time.perf_counter()
     scores = backend.evaluate()
     result.eval_time_s += time.perf_counter() - began
@@ -220,10 +227,10 @@ def run_config_data(dataset: dict[str, Any], run: dict[str, Any], spec: dict[str
     return data
 
 
-def describe_preprocessing(config, dataset: dict[str, Any], imagenet: dict[str, str], pipeline: str) -> dict[str, Any]:
+def describe_preprocessing(config: RunConfig, dataset: dict[str, Any], imagenet: dict[str, str], pipeline: str) -> dict[str, Any]:
     """What a backend's input pipelines did, for the record; ``imagenet`` says how this
     framework's pipeline crops for training and evaluation under the ImageNet augmentation."""
-    augmentation = config.train["augmentation"]
+    augmentation = config.train_spec["augmentation"]
     steps = imagenet if augmentation == "imagenet" else {
         "train": "none (resize only if the stored size differs)", "eval": "same as train"}
     return {"augmentation": augmentation, **steps, "normalise": "per-channel (x - mean) / std of the training split",

@@ -30,11 +30,12 @@ RESULT_SCHEMA_VERSION = "1.12.0"  # 1.1: optional cost block; 1.2: train mode (m
 def load(name: str) -> dict[str, Any]:
     """The schema document ``schemas/<name>.schema.json``."""
     text = resources.files("accelbench.schemas").joinpath(f"{name}.schema.json").read_text()
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 @cache
-def validator(name: str):
+def validator(name: str) -> Any:  # a jsonschema Validator (its classes are made at run time)
     """A format-checking draft 2020-12 validator for schema ``name``, built once per process."""
     import jsonschema
     from referencing import Registry, Resource

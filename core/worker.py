@@ -60,7 +60,7 @@ class _HostPaths(importlib.abc.MetaPathFinder):
     def __init__(self, paths: list[str]):
         self.paths = paths
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if path is not None:  # a submodule: its package's __path__ decides
             return None
         return importlib.machinery.PathFinder.find_spec(name, self.paths)

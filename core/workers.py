@@ -90,7 +90,7 @@ class Worker:
         self.phase, self.busy = command, True
         self.conn.send((command, *args))
 
-    def take(self, message: tuple, on_progress: Callable[[str, int, int], None] | None = None) -> tuple[bool, Any]:
+    def take(self, message: tuple[Any, ...], on_progress: Callable[[str, int, int], None] | None = None) -> tuple[bool, Any]:
         """Interpret one message: (True, answer) for the final one, (False, None) for progress."""
         if message[0] == "progress":
             if on_progress:
@@ -102,10 +102,11 @@ class Worker:
         _, kind, text = message
         raise WorkerFailure("failed", f"out of memory: {text}" if kind == "oom" else text)
 
-    def receive_now(self) -> tuple:
+    def receive_now(self) -> tuple[Any, ...]:
         """One message that ``multiprocessing.connection.wait`` said is ready (or the death notice)."""
         try:
-            return self.conn.recv()
+            message: tuple[Any, ...] = self.conn.recv()
+            return message
         except (EOFError, ConnectionResetError):
             raise WorkerFailure("failed", f"process died during {self.phase}: {_exit_text(self.wait_exit(5))}") from None
 
@@ -132,7 +133,7 @@ class Worker:
     def discard_log(self) -> None:
         Path(self.log_path).unlink(missing_ok=True)
 
-    def _receive(self) -> tuple:
+    def _receive(self) -> tuple[Any, ...]:
         while True:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
@@ -144,7 +145,8 @@ class Worker:
                 break
             self.check_memory()
         try:
-            return self.conn.recv()
+            message: tuple[Any, ...] = self.conn.recv()
+            return message
         except (EOFError, ConnectionResetError):
             raise WorkerFailure("failed", f"worker process died during {self.phase}: "
                                           f"{_exit_text(self.wait_exit(5))}") from None

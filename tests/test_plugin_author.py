@@ -269,8 +269,10 @@ def test_the_scaffolds_plugin_installs_passes_its_tests_and_runs(tmp_path, accel
     # addsitedir, not a bare path: the session's own .pth files (its editable accelbench) run too
     (Path(site) / "host.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ACCELBENCH_PLUGINS", "VIRTUAL_ENV")}
-    run = lambda *args: subprocess.run([str(python), *args], capture_output=True, text=True, env=env,  # noqa: E731
-                                       cwd=tmp_path / "demo", timeout=600)
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), *args], capture_output=True, text=True, env=env, cwd=tmp_path / "demo",
+                              timeout=600)
+
     installed = run("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", ".")
     assert installed.returncode == 0, installed.stderr
     tested = run("-m", "pytest", "-q", "-p", "no:cacheprovider")
