@@ -36,8 +36,7 @@ ON, OFF = "on", "off"
 HUGE_PAGE_CHOICES = (AUTO, ON, OFF)
 #: how each allocator is told to mark the memory it maps MADV_HUGEPAGE: the environment variable
 #: it reads its tunables from, the setting, and how settings are joined there (glibc >= 2.35)
-HUGE_PAGE_TUNABLES = {SYSTEM: ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", ":"),
-                      "jemalloc": ("MALLOC_CONF", "thp:always", ",")}
+HUGE_PAGE_TUNABLES = {SYSTEM: ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", ":"), "jemalloc": ("MALLOC_CONF", "thp:always", ",")}
 GLIBC_HUGETLB_SINCE = (2, 35)
 THP_MODE_FILE = "/sys/kernel/mm/transparent_hugepage/enabled"
 
@@ -67,8 +66,10 @@ def missing_preference(preferred: str | None, device: str = "cpu") -> str | None
     allocator, and nothing was measured there that the advice could rest on."""
     if not preferred or installed(preferred) or not sys.platform.startswith("linux") or device != "cpu":
         return None
-    return (f"this backend ran fastest with {preferred} where it was measured; it is not installed here, so the "
-            f"workers used the system's malloc (install it, e.g. apt install {KNOWN[preferred][1]})")
+    return (
+        f"this backend ran fastest with {preferred} where it was measured; it is not installed here, so the "
+        f"workers used the system's malloc (install it, e.g. apt install {KNOWN[preferred][1]})"
+    )
 
 
 def library(choice: str) -> str | None:
@@ -83,13 +84,13 @@ def library(choice: str) -> str | None:
         name, package = KNOWN[choice]
         found = _find_library(name)
         if not found:
-            raise UsageError(f"--allocator {choice}: lib{name} is not installed on this machine "
-                             f"(e.g. apt install {package})")
+            raise UsageError(f"--allocator {choice}: lib{name} is not installed on this machine (e.g. apt install {package})")
         return found
     path = Path(choice)
     if not (path.is_absolute() and path.is_file()):
-        raise UsageError(f"--allocator: {choice!r} is neither {', '.join([AUTO, SYSTEM, *KNOWN])} nor the absolute "
-                         "path of a shared library")
+        raise UsageError(
+            f"--allocator: {choice!r} is neither {', '.join([AUTO, SYSTEM, *KNOWN])} nor the absolute path of a shared library"
+        )
     return str(path)
 
 
@@ -97,8 +98,7 @@ def worker_environment(choice: str, huge_pages: str = OFF) -> dict[str, str]:
     """Environment variables that give a worker the chosen allocator, asked to map its memory in
     transparent huge pages when ``huge_pages`` is on."""
     preload = library(choice)
-    env = {} if preload is None else {
-        "LD_PRELOAD": " ".join(p for p in (preload, os.environ.get("LD_PRELOAD", "")) if p)}
+    env = {} if preload is None else {"LD_PRELOAD": " ".join(p for p in (preload, os.environ.get("LD_PRELOAD", "")) if p)}
     if huge_pages == ON:
         problem = huge_pages_problem(choice)
         if problem:
@@ -116,7 +116,7 @@ def thp_mode(path: str = THP_MODE_FILE) -> str | None:
     except OSError:
         return None
     start, end = text.find("["), text.find("]")
-    return text[start + 1:end] if 0 <= start < end else None
+    return text[start + 1 : end] if 0 <= start < end else None
 
 
 def huge_pages_problem(allocator: str) -> str | None:
@@ -128,16 +128,19 @@ def huge_pages_problem_with(allocator: str, mode: str | None, glibc: str) -> str
     """Why huge pages cannot be had with ``allocator`` under the kernel's THP ``mode`` (None: the
     kernel has none) and C library ``glibc`` (``os.confstr``'s "glibc 2.36"; "" for another)."""
     if mode in (None, "never"):
-        return (f"--huge-pages on: this kernel gives no transparent huge pages "
-                f"({THP_MODE_FILE}: {mode or 'absent'})")
+        return f"--huge-pages on: this kernel gives no transparent huge pages ({THP_MODE_FILE}: {mode or 'absent'})"
     if allocator not in HUGE_PAGE_TUNABLES:
-        return (f"--huge-pages on: the allocator {allocator!r} has no setting accelbench knows for "
-                f"transparent huge pages (it has one for {', '.join(HUGE_PAGE_TUNABLES)})")
+        return (
+            f"--huge-pages on: the allocator {allocator!r} has no setting accelbench knows for "
+            f"transparent huge pages (it has one for {', '.join(HUGE_PAGE_TUNABLES)})"
+        )
     if allocator == SYSTEM:
         version = tuple(int(part) for part in glibc.split()[-1].split(".")[:2]) if glibc.startswith("glibc ") else ()
         if version < GLIBC_HUGETLB_SINCE:
-            return (f"--huge-pages on: the C library here ({glibc or 'not glibc'}) has no glibc.malloc.hugetlb "
-                    f"tunable (glibc {'.'.join(map(str, GLIBC_HUGETLB_SINCE))} or later has)")
+            return (
+                f"--huge-pages on: the C library here ({glibc or 'not glibc'}) has no glibc.malloc.hugetlb "
+                f"tunable (glibc {'.'.join(map(str, GLIBC_HUGETLB_SINCE))} or later has)"
+            )
     return None
 
 
@@ -159,8 +162,10 @@ def huge_pages_setting(allocator: str, environ: Mapping[str, str] | None = None)
     else:
         state, how = OFF, "the allocator is not asked for them"
     mode = thp_mode()
-    kernel = {None: "this kernel has no transparent huge pages", "always": "the kernel's THP mode: always, "
-              "which backs any large enough mapping with them"}.get(mode, f"the kernel's THP mode: {mode}")
+    kernel = {
+        None: "this kernel has no transparent huge pages",
+        "always": "the kernel's THP mode: always, which backs any large enough mapping with them",
+    }.get(mode, f"the kernel's THP mode: {mode}")
     return f"{state} ({how}; {kernel})"
 
 

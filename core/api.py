@@ -29,6 +29,25 @@ from .training import EVAL_CROP_FRACTION, describe_preprocessing
 #: in its module): a plugin written for another major version is told what changed
 PLUGIN_API = "2.1"
 
-__all__ = ["PLUGIN_API", "Backend", "BackendInfo", "ClusterRank", "DeviceMemory", "EVAL_CROP_FRACTION", "Engine", "LaunchPlan",
-           "LocalCluster", "Option", "Prepared", "RunBackend", "RunConfig", "UsageError", "cpu_flags", "cpu_model",
-           "describe_preprocessing", "gpus", "hookimpl", "training_flops"]
+__all__ = [
+    "PLUGIN_API",
+    "Backend",
+    "BackendInfo",
+    "ClusterRank",
+    "DeviceMemory",
+    "EVAL_CROP_FRACTION",
+    "Engine",
+    "LaunchPlan",
+    "LocalCluster",
+    "Option",
+    "Prepared",
+    "RunBackend",
+    "RunConfig",
+    "UsageError",
+    "cpu_flags",
+    "cpu_model",
+    "describe_preprocessing",
+    "gpus",
+    "hookimpl",
+    "training_flops",
+]

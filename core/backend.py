@@ -147,8 +147,11 @@ class BackendInfo:
 
     def problems(self) -> list[str]:
         """What is wrong with this description (wrong types, names that are not identifiers)."""
-        found = [f"{name} must be a string" for name in ("name", "framework", "version", "description")
-                 if not isinstance(getattr(self, name), str)]
+        found = [
+            f"{name} must be a string"
+            for name in ("name", "framework", "version", "description")
+            if not isinstance(getattr(self, name), str)
+        ]
         found += _name_problems("name", [self.name]) + _name_problems("framework", [self.framework])
         for what in ("requires", "models", "precisions", "devices"):
             found += _tuple_problems(what, getattr(self, what), allow_empty=what == "requires")
@@ -162,10 +165,12 @@ class BackendInfo:
         if self.batch_semantics not in ("global", "per_device"):
             found.append(f"batch_semantics must be 'global' or 'per_device', not {self.batch_semantics!r}")
         if not isinstance(self.default_batch, dict) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.default_batch.values()):
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.default_batch.values()
+        ):
             found.append("default_batch must map device kinds to positive integers")
         if not isinstance(self.options, dict) or not all(
-                isinstance(k, str) and isinstance(v, (str, Option)) for k, v in self.options.items()):
+            isinstance(k, str) and isinstance(v, (str, Option)) for k, v in self.options.items()
+        ):
             found.append("options must map option names to an accelbench.Option or a description")
         elif any(option_spec(v).kind not in OPTION_KINDS for v in self.options.values()):
             found.append(f"an option's kind must be one of {', '.join(OPTION_KINDS)}")
@@ -195,8 +200,11 @@ def _tuple_problems(what: str, value: Any, allow_empty: bool) -> list[str]:
 
 
 def _name_problems(what: str, names: Any) -> list[str]:
-    return [f"{what}: {name!r} is not a name (letters, digits, _ . + -)" for name in names
-            if not isinstance(name, str) or not IDENTIFIER.match(name)]
+    return [
+        f"{what}: {name!r} is not a name (letters, digits, _ . + -)"
+        for name in names
+        if not isinstance(name, str) or not IDENTIFIER.match(name)
+    ]
 
 
 class PluginAPIError(TypeError):
@@ -220,11 +228,14 @@ def _migrating(init: Callable[..., None]) -> Callable[..., None]:
             if name in kwargs:
                 raise PluginAPIError(f"BackendInfo: {name!r} was removed in plugin API 2: {replacement}")
         if "models" not in kwargs and len(args) < 4:
-            raise PluginAPIError("BackendInfo: 'models' is required since plugin API 2 (it defaulted to "
-                                 "('resnet50',)): name the models the backend trains, e.g. models=('resnet50',)")
+            raise PluginAPIError(
+                "BackendInfo: 'models' is required since plugin API 2 (it defaulted to "
+                "('resnet50',)): name the models the backend trains, e.g. models=('resnet50',)"
+            )
         if isinstance(kwargs.get("variants"), (tuple, list)):
-            raise PluginAPIError("BackendInfo: variants is a dict {model: (default, ...)} since plugin API 2 "
-                                 "(it was one tuple for the one model)")
+            raise PluginAPIError(
+                "BackendInfo: variants is a dict {model: (default, ...)} since plugin API 2 (it was one tuple for the one model)"
+            )
         init(self, *args, **kwargs)
 
     return __init__
@@ -257,6 +268,7 @@ class Prepared:
 
     def problems(self) -> list[str]:
         """Fields of the wrong type (a third-party backend's mistake, caught before any record)."""
+
         def number(v: object) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -264,15 +276,15 @@ class Prepared:
             "device_name must be a string": isinstance(self.device_name, str),
             "flops_per_image must be a number or None": self.flops_per_image is None or number(self.flops_per_image),
             "steps_per_call must be a positive integer": isinstance(self.steps_per_call, int)
-            and not isinstance(self.steps_per_call, bool) and self.steps_per_call > 0,
+            and not isinstance(self.steps_per_call, bool)
+            and self.steps_per_call > 0,
             "data_placement must be a string": isinstance(self.data_placement, str),
             "settings must be a dict with string keys": isinstance(self.settings, dict)
             and all(isinstance(k, str) for k in self.settings),
             "framework_version must be a string": isinstance(self.framework_version, str),
             "warnings must be a list of strings": isinstance(self.warnings, list)
             and all(isinstance(w, str) for w in self.warnings),
-            "compile_s must be a number >= 0 or None": self.compile_s is None
-            or (number(self.compile_s) and self.compile_s >= 0),
+            "compile_s must be a number >= 0 or None": self.compile_s is None or (number(self.compile_s) and self.compile_s >= 0),
         }
         return [message for message, ok in checks.items() if not ok]
 

@@ -130,8 +130,12 @@ class Schedule:
 
     def paired_with(self, other: Schedule | None) -> bool:
         """Both ran in one interleaved or lockstep run: their trials pair by round."""
-        return (other is not None and self.run_id == other.run_id and self.kind == other.kind
-                and self.kind in ("interleaved", "lockstep"))
+        return (
+            other is not None
+            and self.run_id == other.run_id
+            and self.kind == other.kind
+            and self.kind in ("interleaved", "lockstep")
+        )
 
 
 @dataclass

@@ -142,6 +142,6 @@ def _process_cpu_s(pid: int) -> float | None:
     except OSError:
         return None
     # the command name may hold spaces and parentheses: the fields start after its last ')'
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     utime, stime, cutime, cstime = (int(fields[i]) for i in (11, 12, 13, 14))
     return (utime + stime + cutime + cstime) * _TICK_S

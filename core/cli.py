@@ -28,8 +28,12 @@ if TYPE_CHECKING:
 RUN_ONLY_FIELDS = ("workers", "scaling_baseline")
 
 
-def field_options(names: tuple[str, ...] | None = None, exclude: tuple[str, ...] = (),
-                  help: dict[str, str] | None = None, declared: type | None = None):
+def field_options(
+    names: tuple[str, ...] | None = None,
+    exclude: tuple[str, ...] = (),
+    help: dict[str, str] | None = None,
+    declared: type | None = None,
+):
     """Click options made from the fields' own declarations (``config.Flag``) of ``declared``
     (default RunConfig; train mode's TrainSpec too): the option's name, type and help are written
     once, on the field. Each option's value arrives under the field's name; None when the user did
@@ -44,8 +48,13 @@ def field_options(names: tuple[str, ...] | None = None, exclude: tuple[str, ...]
         if spec.kind == "bool":
             decorators.append(click.option(f"{option}/--no-{option[2:]}", spec_field.name, default=None, help=text))
             continue
-        kind = {"int": int, "finite": FINITE, "timeout": TIMEOUT, "int_list": str,
-                "str": click.Choice(spec.choices) if spec.choices else str}[spec.kind]
+        kind = {
+            "int": int,
+            "finite": FINITE,
+            "timeout": TIMEOUT,
+            "int_list": str,
+            "str": click.Choice(spec.choices) if spec.choices else str,
+        }[spec.kind]
         decorators.append(click.option(option, spec_field.name, type=kind, help=text))
 
     def apply(command):
@@ -69,16 +78,25 @@ def _flagged(declared: type | None) -> list[dataclasses.Field]:
 
 def price_options(command):
     """Pricing flags shared by run and report."""
-    for option in reversed([
-        click.option("--prices", type=click.Path(dir_okay=False),
-                     help="Price catalogue JSON adding to/overriding the shipped 2018 one."),
-        click.option("--price", help="Price every run at this catalogue entry (e.g. p3.8xlarge)."),
-        click.option("--price-per-hour", type=FINITE, help="Price every run at this hourly price (your own hardware)."),
-        click.option("--price-per-kwh", type=FINITE,
-                     help="Price the measured energy at this much per kWh (owned hardware: the cost block's energy)."),
-        click.option("--epochs", type=click.IntRange(min=1), default=90, show_default=True,
-                     help="Epochs for the cost-to-train figure."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--prices",
+                type=click.Path(dir_okay=False),
+                help="Price catalogue JSON adding to/overriding the shipped 2018 one.",
+            ),
+            click.option("--price", help="Price every run at this catalogue entry (e.g. p3.8xlarge)."),
+            click.option("--price-per-hour", type=FINITE, help="Price every run at this hourly price (your own hardware)."),
+            click.option(
+                "--price-per-kwh",
+                type=FINITE,
+                help="Price the measured energy at this much per kWh (owned hardware: the cost block's energy).",
+            ),
+            click.option(
+                "--epochs", type=click.IntRange(min=1), default=90, show_default=True, help="Epochs for the cost-to-train figure."
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -86,16 +104,25 @@ def price_options(command):
 def config_options(command):
     """Run-config flags shared by run and worker (each overrides the config file)."""
     command = field_options(exclude=RUN_ONLY_FIELDS)(command)
-    for option in reversed([
-        click.option("--plugin", "plugin_names", multiple=True, help="Run this plugin's backends (repeatable)."),
-        click.option("--backend", "backend_names", multiple=True, help="Run this backend, by name or plugin:name."),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON or TOML run config."),
-        click.option("--time", "time_box", metavar="DURATION",
-                     help="Time whole steps for this long per run, e.g. 45s, 2m (default 45s; counted for --workers > 1)."),
-        click.option("--protocol", type=click.Choice(["tf_cnn"]),
-                     help="tf_cnn: tf_cnn_benchmarks' counts, 10 fixed warm-up + 100 timed steps (flags still override)."),
-        click.option("--option", "options", multiple=True, help="Backend option KEY=VALUE (repeatable)."),
-    ]):
+    for option in reversed(
+        [
+            click.option("--plugin", "plugin_names", multiple=True, help="Run this plugin's backends (repeatable)."),
+            click.option("--backend", "backend_names", multiple=True, help="Run this backend, by name or plugin:name."),
+            click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON or TOML run config."),
+            click.option(
+                "--time",
+                "time_box",
+                metavar="DURATION",
+                help="Time whole steps for this long per run, e.g. 45s, 2m (default 45s; counted for --workers > 1).",
+            ),
+            click.option(
+                "--protocol",
+                type=click.Choice(["tf_cnn"]),
+                help="tf_cnn: tf_cnn_benchmarks' counts, 10 fixed warm-up + 100 timed steps (flags still override).",
+            ),
+            click.option("--option", "options", multiple=True, help="Backend option KEY=VALUE (repeatable)."),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -110,6 +137,7 @@ def cli() -> None:
 def plugins() -> None:
     """List plugins and their backends as JSON (no framework is imported)."""
     from .registry import PluginHost
+
     host = PluginHost()
     backends = host.backends()
     listing = []
@@ -118,11 +146,18 @@ def plugins() -> None:
         for ref in (r for r in backends if r.plugin.name == plugin.name):
             reason = ref.unavailable_reason()
             engine = ref.backend.engine
-            entries.append({"id": ref.id, **ref.backend.describe().to_json(),
-                            "engine": engine.name if engine else None,
-                            "available": reason is None, "reason": reason or ""})
-        listing.append({"name": plugin.name, "version": plugin.version, "module": plugin.module,
-                        "error": plugin.error, "backends": entries})
+            entries.append(
+                {
+                    "id": ref.id,
+                    **ref.backend.describe().to_json(),
+                    "engine": engine.name if engine else None,
+                    "available": reason is None,
+                    "reason": reason or "",
+                }
+            )
+        listing.append(
+            {"name": plugin.name, "version": plugin.version, "module": plugin.module, "error": plugin.error, "backends": entries}
+        )
     click.echo(json.dumps(listing, indent=2))
 
 
@@ -131,42 +166,103 @@ def plugins() -> None:
 @field_options(RUN_ONLY_FIELDS)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
-@click.option("--schedule", "schedule_kind", type=click.Choice(["lockstep", "interleaved", "sequential"]),
-              help="lockstep: warm workers take turns in blocks of steps, in pairs of processes (--trials "
-                   "pairs; the default when two or more single-worker runs on the CPU are compared); "
-                   "interleaved: rounds of fresh processes, every run once, order reversed every other round "
-                   "(the default otherwise); sequential: all trials of one run, then the next.")
-@click.option("--blocks", type=click.IntRange(min=1, max=1000),
-              help=f"lockstep: rounds of blocks in each pair of processes (default {DEFAULT_BLOCKS}).")
-@click.option("--block-time", metavar="DURATION",
-              help=f"lockstep: how long a block runs, in whole steps (default {DEFAULT_BLOCK_S:g}s); "
-                   f"--time or --timed-steps instead give a side's timed phase per pair.")
-@click.option("--when-busy", type=click.Choice(["wait", "go"]),
-              help="lockstep: when other processes take over 10% of the CPUs, wait for quiet (default) "
-                   "or run on; either way no verdict rests on a busy block.")
-@click.option("--until-decided", metavar="TOLERANCE",
-              help="Add rounds until every comparison is within/outside this tolerance, e.g. 3%.")
-@click.option("--until-halfwidth", metavar="FRACTION",
-              help="Add rounds until every ratio's 95%% interval is this narrow on each side, e.g. 1%.")
-@click.option("--max-time", metavar="DURATION",
-              help="Start no trial after this long, e.g. 300, 90s, 5m (default with --until-*: 10m).")
+@click.option(
+    "--schedule",
+    "schedule_kind",
+    type=click.Choice(["lockstep", "interleaved", "sequential"]),
+    help="lockstep: warm workers take turns in blocks of steps, in pairs of processes (--trials "
+    "pairs; the default when two or more single-worker runs on the CPU are compared); "
+    "interleaved: rounds of fresh processes, every run once, order reversed every other round "
+    "(the default otherwise); sequential: all trials of one run, then the next.",
+)
+@click.option(
+    "--blocks",
+    type=click.IntRange(min=1, max=1000),
+    help=f"lockstep: rounds of blocks in each pair of processes (default {DEFAULT_BLOCKS}).",
+)
+@click.option(
+    "--block-time",
+    metavar="DURATION",
+    help=f"lockstep: how long a block runs, in whole steps (default {DEFAULT_BLOCK_S:g}s); "
+    f"--time or --timed-steps instead give a side's timed phase per pair.",
+)
+@click.option(
+    "--when-busy",
+    type=click.Choice(["wait", "go"]),
+    help="lockstep: when other processes take over 10% of the CPUs, wait for quiet (default) "
+    "or run on; either way no verdict rests on a busy block.",
+)
+@click.option(
+    "--until-decided", metavar="TOLERANCE", help="Add rounds until every comparison is within/outside this tolerance, e.g. 3%."
+)
+@click.option(
+    "--until-halfwidth",
+    metavar="FRACTION",
+    help="Add rounds until every ratio's 95%% interval is this narrow on each side, e.g. 1%.",
+)
+@click.option(
+    "--max-time", metavar="DURATION", help="Start no trial after this long, e.g. 300, 90s, 5m (default with --until-*: 10m)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress and no table: only the results file's path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document (JSON) on stdout; progress on stderr.")
-@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
-              "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")
-@click.option("--python", "pythons", multiple=True, metavar="PLUGIN=PATH",
-              help="Run this plugin's workers with a Python you made (repeatable).")
-@click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS",
-              help="Run every selected backend in an environment with these comma-separated requirements "
-                   "added, e.g. 'framework==2.20.*,its-addon==2.20.*'; repeat for a version matrix.")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Every column in the tables, however narrow the terminal (otherwise the "
+    "columns beyond backend, status, figures and verdict fold under their row when they do not fit).",
+)
+@click.option(
+    "--python",
+    "pythons",
+    multiple=True,
+    metavar="PLUGIN=PATH",
+    help="Run this plugin's workers with a Python you made (repeatable).",
+)
+@click.option(
+    "--env",
+    "env_matrix",
+    multiple=True,
+    metavar="REQUIREMENTS",
+    help="Run every selected backend in an environment with these comma-separated requirements "
+    "added, e.g. 'framework==2.20.*,its-addon==2.20.*'; repeat for a version matrix.",
+)
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
-@click.option("--peak", "measure_peak", is_flag=True,
-              help="First measure each framework's matrix-product peak here (as accelbench peak), so the records "
-                   "carry utilisation against it.")
+@click.option(
+    "--peak",
+    "measure_peak",
+    is_flag=True,
+    help="First measure each framework's matrix-product peak here (as accelbench peak), so the records "
+    "carry utilisation against it.",
+)
 @price_options
-def run(plugin_names, backend_names, config_file, options, output, force, schedule_kind, blocks, block_time,
-        when_busy, until_decided, until_halfwidth, max_time, quiet, as_json, wide, pythons, env_matrix, no_create_env,
-        measure_peak, prices, price, price_per_hour, price_per_kwh, epochs, **flags) -> None:
+def run(
+    plugin_names,
+    backend_names,
+    config_file,
+    options,
+    output,
+    force,
+    schedule_kind,
+    blocks,
+    block_time,
+    when_busy,
+    until_decided,
+    until_halfwidth,
+    max_time,
+    quiet,
+    as_json,
+    wide,
+    pythons,
+    env_matrix,
+    no_create_env,
+    measure_peak,
+    prices,
+    price,
+    price_per_hour,
+    price_per_kwh,
+    epochs,
+    **flags,
+) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
     from . import cost, envs, inputs, runner
     from .console import ResultsTable
@@ -178,10 +274,10 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     runnable = sum(p.precheck is None for p in plans)
     kind = schedule_kind or _default_schedule(plans, config)
     schedule = _schedule(kind, config, until_decided, until_halfwidth, max_time, blocks, block_time, when_busy)
-    if schedule.until and kind == "interleaved" and config.time_s is None and config.timed_steps is None \
-            and config.workers == 1:
-        plans = runner.plan(refs, config.replace(time_s=UNTIL_TRIAL_TIME_S), _pythons(pythons),
-                            [envs.parse_requirements(e) for e in env_matrix])
+    if schedule.until and kind == "interleaved" and config.time_s is None and config.timed_steps is None and config.workers == 1:
+        plans = runner.plan(
+            refs, config.replace(time_s=UNTIL_TRIAL_TIME_S), _pythons(pythons), [envs.parse_requirements(e) for e in env_matrix]
+        )
     if schedule.until and runnable < 2:
         raise UsageError("--until-decided/--until-halfwidth compare runs: select at least two that can run here")
     pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
@@ -190,18 +286,26 @@ def run(plugin_names, backend_names, config_file, options, output, force, schedu
     view = _View(quiet=quiet, as_json=as_json, wide=wide)
     if measure_peak:
         _measure_peaks(plans, view)
-    done = _execute(plans, path, pricing, ResultsTable, schedule, view, force,
-                    create_envs=not no_create_env)
+    done = _execute(plans, path, pricing, ResultsTable, schedule, view, force, create_envs=not no_create_env)
     if (schedule.until or schedule.kind == "lockstep") and view.tables:
         _print_comparison(done, schedule.until.tolerance if schedule.until else None, wide)
 
 
 @cli.command()
 @click.argument("results", type=click.Path(dir_okay=False))
-@click.option("--record", "record_ids", multiple=True, metavar="HASH",
-              help="Only the record whose config hash starts with HASH (repeatable; default every record).")
-@click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Results file of the rerun (default results/accelbench-rerun-<time>.json).")
+@click.option(
+    "--record",
+    "record_ids",
+    multiple=True,
+    metavar="HASH",
+    help="Only the record whose config hash starts with HASH (repeatable; default every record).",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    help="Results file of the rerun (default results/accelbench-rerun-<time>.json).",
+)
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @click.option("--tolerance", default="3%", show_default=True, help="Equivalence bound of then against now.")
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
@@ -222,8 +326,17 @@ def rerun(results, record_ids, output, force, tolerance, no_create_env, wide) ->
     path = Path(output or f"results/accelbench-rerun-{datetime.now():%Y%m%d-%H%M%S}.json")
     inputs.check_output(path, force)
     schedule = Schedule(rounds=max(p.config.trials for p in plans))
-    done = _execute(plans, path, cost.Pricing(cost.load_catalogue()), ResultsTable, schedule, _View(wide=wide), force,
-                    create_envs=not no_create_env, exit_on_failure=False)
+    done = _execute(
+        plans,
+        path,
+        cost.Pricing(cost.load_catalogue()),
+        ResultsTable,
+        schedule,
+        _View(wide=wide),
+        force,
+        create_envs=not no_create_env,
+        exit_on_failure=False,
+    )
     _print_then_and_now(replays, done, bound, environment.collect(), wide)
     sys.exit(1 if _failed(done) else 0)
 
@@ -240,16 +353,16 @@ def _print_then_and_now(replays, done: list[Record], bound: float, here: Environ
         same = "the same config hash" if now.config_hash == item.record.config_hash else "ANOTHER config hash"
         pins = f", pinned {', '.join(item.pins)}" if item.pins else ""
         out.print(plain(("rerun", "cyan"), f" {item.backend_id}: {same}{pins}"))
-        results += comparing.comparisons([comparing.Run(f"{item.backend_id} then", item.record),
-                                          comparing.Run(f"{item.backend_id} now", now)], bound)
+        results += comparing.comparisons(
+            [comparing.Run(f"{item.backend_id} then", item.record), comparing.Run(f"{item.backend_id} now", now)], bound
+        )
         for line in replay.lock_differences(replay.lock_of(item.record), replay.lock_of(now))[:20]:
             out.print(plain(("lock", "yellow"), f" {line}"))
     if results:
         ComparisonTable(results, bound, wide=wide).print(out)
     out.print(plain(("note", "cyan"), " then and now are two invocations: unpaired trials, and the machine may differ"))
     # each record carries its machine: a sweep's records name the same differences once
-    differences = dict.fromkeys(line for item in replays
-                                for line in replay.machine_differences(item.record.environment, here))
+    differences = dict.fromkeys(line for item in replays for line in replay.machine_differences(item.record.environment, here))
     for line in differences:
         out.print(plain(("machine", "yellow"), f" {line}"))
 
@@ -261,14 +374,21 @@ def _default_schedule(plans, config) -> str:
     that reserves most of its memory up front would starve the others (``--schedule lockstep``
     still asks for it)."""
     runnable = [p for p in plans if p.precheck is None]
-    if len(runnable) >= 2 and config.workers == 1 and config.mode != "train" \
-            and all(p.config.device == "cpu" for p in runnable):
+    if len(runnable) >= 2 and config.workers == 1 and config.mode != "train" and all(p.config.device == "cpu" for p in runnable):
         return "lockstep"
     return "interleaved"
 
 
-def _schedule(kind: str, config, until_decided: str | None, until_halfwidth: str | None, max_time: str | None,
-              blocks: int | None = None, block_time: str | None = None, when_busy: str | None = None):
+def _schedule(
+    kind: str,
+    config,
+    until_decided: str | None,
+    until_halfwidth: str | None,
+    max_time: str | None,
+    blocks: int | None = None,
+    block_time: str | None = None,
+    when_busy: str | None = None,
+):
     from .schedule import Schedule, StopRule, parse_duration, parse_fraction
 
     if until_decided and until_halfwidth:
@@ -279,8 +399,11 @@ def _schedule(kind: str, config, until_decided: str | None, until_halfwidth: str
     elif until_halfwidth:
         until = StopRule(half_width=parse_fraction(until_halfwidth, "--until-halfwidth"))
     budget = parse_duration(max_time, "--max-time") if max_time else None
-    lockstep_flags = [name for name, given in (("--blocks", blocks), ("--block-time", block_time),
-                                               ("--when-busy", when_busy)) if given is not None]
+    lockstep_flags = [
+        name
+        for name, given in (("--blocks", blocks), ("--block-time", block_time), ("--when-busy", when_busy))
+        if given is not None
+    ]
     if kind != "lockstep":
         if lockstep_flags:
             raise UsageError(f"{lockstep_flags[0]} is a lockstep setting: the schedule here is {kind}")
@@ -291,10 +414,21 @@ def _schedule(kind: str, config, until_decided: str | None, until_halfwidth: str
         raise UsageError("--schedule lockstep times blocks of steps: train mode runs epochs (give --schedule interleaved)")
     if block_time is not None and (config.time_s is not None or config.timed_steps is not None):
         raise UsageError("give one of --block-time and --time/--timed-steps (which lockstep splits into its blocks)")
-    block_s = parse_duration(block_time, "--block-time") if block_time else (
-        config.time_s / (blocks or DEFAULT_BLOCKS) if config.time_s is not None else DEFAULT_BLOCK_S)
-    return Schedule(kind=kind, rounds=config.trials, until=until, max_time_s=budget, blocks=blocks or DEFAULT_BLOCKS,
-                    block_s=block_s, when_busy=when_busy or "wait", adapt_blocks=until is not None and blocks is None)
+    block_s = (
+        parse_duration(block_time, "--block-time")
+        if block_time
+        else (config.time_s / (blocks or DEFAULT_BLOCKS) if config.time_s is not None else DEFAULT_BLOCK_S)
+    )
+    return Schedule(
+        kind=kind,
+        rounds=config.trials,
+        until=until,
+        max_time_s=budget,
+        blocks=blocks or DEFAULT_BLOCKS,
+        block_s=block_s,
+        when_busy=when_busy or "wait",
+        adapt_blocks=until is not None and blocks is None,
+    )
 
 
 def _print_comparison(done: list[Record], tolerance: float | None, wide: bool = False) -> None:
@@ -339,8 +473,17 @@ def _pythons(given: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def _execute(plans, path: Path, pricing, table, schedule=None, view: _View = _View(), force: bool = False,
-             create_envs: bool = True, exit_on_failure: bool = True) -> list[Record]:
+def _execute(
+    plans,
+    path: Path,
+    pricing,
+    table,
+    schedule=None,
+    view: _View = _View(),
+    force: bool = False,
+    create_envs: bool = True,
+    exit_on_failure: bool = True,
+) -> list[Record]:
     """Run the plans, pricing the records and merging them into the results file after every trial
     (so an interruption keeps every finished one, and the records other runs put there stay;
     ``force``: the file is started afresh); print ``table``; exit 1 when a run failed."""
@@ -364,8 +507,11 @@ def _execute(plans, path: Path, pricing, table, schedule=None, view: _View = _Vi
         with observer:
             executor(plans, keep, observer, schedule, create_envs)
     except KeyboardInterrupt as stop:
-        saved = f"kept {len(done)} finished record(s), with every finished trial, in {writer.side_path or path}" if done else \
-            "no trial had finished, nothing written"
+        saved = (
+            f"kept {len(done)} finished record(s), with every finished trial, in {writer.side_path or path}"
+            if done
+            else "no trial had finished, nothing written"
+        )
         click.echo(f"{getattr(stop, 'signal_name', 'interrupted')}: {saved}", err=True)
         sys.exit(getattr(stop, "exit_code", 130))
     if view.tables:
@@ -384,20 +530,47 @@ def _failed(done: list[Record]) -> bool:
 
 @cli.command()
 @config_options
-@click.option("--rank", type=int, required=True,
-              help="This worker's rank, 0..workers-1 (with --local-workers N: the first of the N ranks this host runs).")
+@click.option(
+    "--rank",
+    type=int,
+    required=True,
+    help="This worker's rank, 0..workers-1 (with --local-workers N: the first of the N ranks this host runs).",
+)
 @click.option("--workers", type=int, required=True, help="Workers in the job, across every host.")
-@click.option("--local-workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Ranks this host runs, --rank and the ones after it: one per device, as a launcher's nproc-per-node.")
-@click.option("--coordinator", required=True,
-              help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one).")
+@click.option(
+    "--local-workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Ranks this host runs, --rank and the ones after it: one per device, as a launcher's nproc-per-node.",
+)
+@click.option(
+    "--coordinator", required=True, help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one)."
+)
 @click.option("--peers", help="Every worker's HOST:PORT, comma-separated, in rank order (engines that need it).")
 @click.option("--host", "node_host", help="This host's address as the other hosts reach it (engines that need it).")
-@click.option("--servers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Service processes (e.g. parameter servers) rank 0 starts, for engines with them.")
+@click.option(
+    "--servers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Service processes (e.g. parameter servers) rank 0 starts, for engines with them.",
+)
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
-def worker(rank, local_workers, coordinator, peers, node_host, servers, plugin_names, backend_names, config_file,
-           options, output, **flags) -> None:
+def worker(
+    rank,
+    local_workers,
+    coordinator,
+    peers,
+    node_host,
+    servers,
+    plugin_names,
+    backend_names,
+    config_file,
+    options,
+    output,
+    **flags,
+) -> None:
     """Run the ranks one host holds in a multi-host job; a cluster scheduler starts one per host."""
     from . import distributed, launch, records, runner
 
@@ -414,8 +587,7 @@ def worker(rank, local_workers, coordinator, peers, node_host, servers, plugin_n
         raise UsageError(f"--peers names {len(peer_list)} workers but --workers is {config.workers}: one HOST:PORT a rank")
     for peer in peer_list:
         _endpoint(peer, "--peers")
-    cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers,
-                                 local_workers=local_workers)
+    cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers, local_workers=local_workers)
     plan = launch.plan_host(refs[0].backend.engine, cluster)
     record = distributed.run_rank(refs[0], item.config, plan, rank)
     records.write_results(Path(output), [record])
@@ -433,8 +605,7 @@ def merge(files: tuple[str, ...], output: str) -> None:
 
     merged = records.merge_ranks([r for name in files for r in records.read_results(name)])
     records.write_results(Path(output), [merged])
-    click.echo(f"merged {len(merged.distributed.per_worker) if merged.distributed else 0} workers: "
-               f"{merged.status} -> {output}")
+    click.echo(f"merged {len(merged.distributed.per_worker) if merged.distributed else 0} workers: {merged.status} -> {output}")
 
 
 @cli.command()
@@ -493,8 +664,9 @@ def env() -> None:
 
 
 @env.command("create")
-@click.option("--plugin", "plugin_names", multiple=True,
-              help="Only these plugins (default: every one that declares an environment).")
+@click.option(
+    "--plugin", "plugin_names", multiple=True, help="Only these plugins (default: every one that declares an environment)."
+)
 @click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS", help="Requirements added (as accelbench run --env).")
 def env_create(plugin_names, env_matrix) -> None:
     """Make the environments the selected plugins' backends run in."""
@@ -503,8 +675,7 @@ def env_create(plugin_names, env_matrix) -> None:
 
     matrix = [envs.parse_requirements(e) for e in env_matrix]
     refs = PluginHost().select(plugin_names)
-    wanted = {s.spec for r in refs for s in envs.setups_for(r, {}, matrix)
-              if s.spec is not None}
+    wanted = {s.spec for r in refs for s in envs.setups_for(r, {}, matrix) if s.spec is not None}
     if not wanted:
         raise UsageError("no selected backend declares an environment (give --env to make one)")
     failed = 0
@@ -527,8 +698,10 @@ def env_list() -> None:
     for entry in envs.listing():
         installed = ", ".join(f"{name} {version}" for name, version in entry["installed"].items())
         serves = f"  plugin {entry['plugin']}" if entry["plugin"] else ""
-        click.echo(f"{entry['path']}  python {entry['python']}  {entry['size_mb']} MB  "
-                   f"{', '.join(entry['requirements']) or '-'}{serves}  [{installed or 'versions not recorded'}]")
+        click.echo(
+            f"{entry['path']}  python {entry['python']}  {entry['size_mb']} MB  "
+            f"{', '.join(entry['requirements']) or '-'}{serves}  [{installed or 'versions not recorded'}]"
+        )
 
 
 @env.command("remove")
@@ -543,8 +716,12 @@ def env_remove(keys) -> None:
 
 @cli.command("new-plugin")
 @click.argument("name")
-@click.option("--framework", metavar="PKG", help="The distribution the plugin's framework comes from: the backend "
-                                                 "declares it as its worker environment (a Python of its own).")
+@click.option(
+    "--framework",
+    metavar="PKG",
+    help="The distribution the plugin's framework comes from: the backend "
+    "declares it as its worker environment (a Python of its own).",
+)
 @click.option("--dir", "folder", type=click.Path(file_okay=False), help="Where to write it (default ./accelbench-NAME).")
 def new_plugin(name: str, framework: str | None, folder: str | None) -> None:
     """Write a minimal plugin distribution NAME to start from: pyproject.toml with the entry
@@ -585,11 +762,16 @@ def validate(files: tuple[str, ...]) -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True)
 @click.option("--tolerance", help="Equivalence bound, e.g. 3%: verdict within / outside / undecided.")
-@click.option("--margin", help="Non-inferiority margin, e.g. 2%: is A at least B? verdict ahead / not behind / "
-                               "behind / undecided.")
+@click.option(
+    "--margin", help="Non-inferiority margin, e.g. 2%: is A at least B? verdict ahead / not behind / behind / undecided."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
-              "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Every column in the tables, however narrow the terminal (otherwise the "
+    "columns beyond backend, status, figures and verdict fold under their row when they do not fit).",
+)
 def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, as_json: bool, wide: bool) -> None:
     """Pair runs by config and report throughput ratios with 95% intervals.
 
@@ -618,12 +800,26 @@ def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, a
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Folder for index.html and its PNGs.")
 @click.option("--reference/--no-reference", default=True, help="Overlay the 2018 study's published figures.")
 @click.option("--tolerance", default="3%", show_default=True, help="Equivalence bound of the comparison section.")
-@click.option("--evidence", type=click.Path(), help="A folder of committed results files (<machine>/<date>-<case>.json) "
-                                                    "to render as Markdown tables (with --markdown).")
+@click.option(
+    "--evidence",
+    type=click.Path(),
+    help="A folder of committed results files (<machine>/<date>-<case>.json) to render as Markdown tables (with --markdown).",
+)
 @click.option("--markdown", is_flag=True, help="Print the --evidence folder's tables as Markdown (what the docs show).")
 @price_options
-def report(files: tuple[str, ...], out_dir: str | None, reference: bool, tolerance: str, evidence: str | None,
-           markdown: bool, prices, price, price_per_hour, price_per_kwh, epochs) -> None:
+def report(
+    files: tuple[str, ...],
+    out_dir: str | None,
+    reference: bool,
+    tolerance: str,
+    evidence: str | None,
+    markdown: bool,
+    prices,
+    price,
+    price_per_hour,
+    price_per_kwh,
+    epochs,
+) -> None:
     """Write an HTML study report (throughput vs batch, images per dollar, every run) from results
     files, or with --evidence DIR --markdown print a folder of results files as Markdown tables."""
     from . import cost, records
@@ -649,8 +845,11 @@ def report(files: tuple[str, ...], out_dir: str | None, reference: bool, toleran
 @cli.command()
 @click.argument("source")
 @click.argument("out", type=click.Path(file_okay=False))
-@click.option("--preset", type=click.Choice(["small", "imagenet"]),
-              help="Training defaults for this dataset (default: small for digits, imagenet for a folder).")
+@click.option(
+    "--preset",
+    type=click.Choice(["small", "imagenet"]),
+    help="Training defaults for this dataset (default: small for digits, imagenet for a folder).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the digits' train/val split.")
 def data(source: str, out: str, preset: str | None, seed: int) -> None:
     """Convert SOURCE into the dataset format of every installed backend that trains under OUT.
@@ -668,35 +867,74 @@ def data(source: str, out: str, preset: str | None, seed: int) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     counts = ", ".join(f"{split} {info['count']}" for split, info in manifest["splits"].items())
-    click.echo(f"{manifest['name']}: {manifest['num_classes']} classes, {counts} images; "
-               f"formats: {', '.join(manifest['formats'])} (verified) -> {out}")
+    click.echo(
+        f"{manifest['name']}: {manifest['num_classes']} classes, {counts} images; "
+        f"formats: {', '.join(manifest['formats'])} (verified) -> {out}"
+    )
 
 
 # the RunConfig fields train mode takes from its command line (the rest are the timing loop's)
-TRAIN_RUN_FLAGS = ("model", "variant", "global_batch", "per_device_batch", "device", "device_count",
-                   "precision", "image_size", "threads", "seed", "memory_limit_mb")
+TRAIN_RUN_FLAGS = (
+    "model",
+    "variant",
+    "global_batch",
+    "per_device_batch",
+    "device",
+    "device_count",
+    "precision",
+    "image_size",
+    "threads",
+    "seed",
+    "memory_limit_mb",
+)
 
 
 @cli.command()
 @click.option("--plugin", "plugin_names", multiple=True, help="Train this plugin's backends (repeatable).")
 @click.option("--backend", "backend_names", multiple=True, help="Train this backend, by name or plugin:name.")
-@click.option("--data", "data_dir", type=click.Path(file_okay=False),
-              help="A dataset converted by `accelbench data` (default: the embedded digits).")
-@field_options(TRAIN_RUN_FLAGS, help={
-    "model": "Model, as the backend names it (default: the dataset preset's).",
-    "global_batch": "Global batch (default: the preset's, 64 digits / 256 ImageNet).",
-    "image_size": "Square training image side (default: the dataset's, or 224).",
-    "seed": "Random seed (initialisation, shuffling, augmentation)."})
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False),
+    help="A dataset converted by `accelbench data` (default: the embedded digits).",
+)
+@field_options(
+    TRAIN_RUN_FLAGS,
+    help={
+        "model": "Model, as the backend names it (default: the dataset preset's).",
+        "global_batch": "Global batch (default: the preset's, 64 digits / 256 ImageNet).",
+        "image_size": "Square training image side (default: the dataset's, or 224).",
+        "seed": "Random seed (initialisation, shuffling, augmentation).",
+    },
+)
 @click.option("--timeout", type=TIMEOUT, default=24 * 3600.0, show_default=True, help="Seconds before a run is stopped.")
 @field_options(declared=TrainSpec)
-@click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Results file (default results/accelbench-train-<time>.json).")
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json)."
+)
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
-@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal (otherwise the "
-              "columns beyond backend, status, figures and verdict fold under their row when they do not fit).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Every column in the tables, however narrow the terminal (otherwise the "
+    "columns beyond backend, status, figures and verdict fold under their row when they do not fit).",
+)
 @price_options
-def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, prices, price, price_per_hour,
-          price_per_kwh, epochs, **flags) -> None:
+def train(
+    plugin_names,
+    backend_names,
+    data_dir,
+    timeout,
+    output,
+    force,
+    wide,
+    prices,
+    price,
+    price_per_hour,
+    price_per_kwh,
+    epochs,
+    **flags,
+) -> None:
     """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
     from . import conversion, cost, datasets, inputs, runner
     from .config import RunConfig
@@ -721,8 +959,9 @@ def train(plugin_names, backend_names, data_dir, timeout, output, force, wide, p
 def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
     from . import training
 
-    return training.run_config_data(dataset, {k: flags.get(k) for k in TRAIN_RUN_FLAGS},
-                                    {k: flags.get(k) for k in flagged_fields(TrainSpec)})
+    return training.run_config_data(
+        dataset, {k: flags.get(k) for k in TRAIN_RUN_FLAGS}, {k: flags.get(k) for k in flagged_fields(TrainSpec)}
+    )
 
 
 def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):
@@ -765,14 +1004,17 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...], training: bool = False):
     from .registry import PluginHost
+
     refs = PluginHost().select(plugin_names, backend_names)
     if plugin_names or backend_names:
         return refs  # asked for by name: an unavailable one still gets a record saying why
-    available = [r for r in refs if r.unavailable_reason() is None
-                 and (not training or r.backend.describe().data_format)]
+    available = [r for r in refs if r.unavailable_reason() is None and (not training or r.backend.describe().data_format)]
     if not available:
-        raise UsageError("no backend is available" + (" that trains" if training else "")
-                         + ": install a framework, e.g. pip install 'accelbench[all]'")
+        raise UsageError(
+            "no backend is available"
+            + (" that trains" if training else "")
+            + ": install a framework, e.g. pip install 'accelbench[all]'"
+        )
     return available
 
 

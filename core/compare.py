@@ -89,8 +89,11 @@ def load_runs(paths: list[str]) -> list[Run]:
     """The ``ok`` records of accelbench results files and pytest-benchmark JSON files."""
     loaded = [(Path(p), r) for p in paths for r in _records_of(Path(p))]
     labels = [_backend_id(r) for _, r in loaded]
-    return [Run(label if labels.count(label) == 1 else f"{label} [{path.name}]", record)
-            for (path, record), label in zip(loaded, labels) if record.ok]
+    return [
+        Run(label if labels.count(label) == 1 else f"{label} [{path.name}]", record)
+        for (path, record), label in zip(loaded, labels)
+        if record.ok
+    ]
 
 
 def _records_of(path: Path) -> list[Record]:
@@ -101,7 +104,7 @@ def _records_of(path: Path) -> list[Record]:
     if isinstance(document, dict) and "accelbench" in document:  # pytest-benchmark JSON
         block = document["accelbench"]
         if not isinstance(block, dict) or not isinstance(block.get("records"), list):
-            raise UsageError(f"{path}: its accelbench block is not {{\"records\": [...]}}")
+            raise UsageError(f'{path}: its accelbench block is not {{"records": [...]}}')
         for record in block["records"]:
             validation.validate_or_raise("result", record, what=f"record in {path}")
         return [Record.from_json(record) for record in block["records"]]
@@ -121,8 +124,10 @@ def config_key(record: Record) -> str:
     image size, and for train-mode records the dataset (their throughput includes its pipeline)."""
     d, model = record.device, record.model
     mode = f" train on {record.data.source}" if record.mode == "train" else ""
-    return (f"{' '.join(filter(None, (model.name, model.variant)))} {record.precision} {d.kind}x{d.count} "
-            f"batch {record.batch.global_} {record.image_size}px{mode}")
+    return (
+        f"{' '.join(filter(None, (model.name, model.variant)))} {record.precision} {d.kind}x{d.count} "
+        f"batch {record.batch.global_} {record.image_size}px{mode}"
+    )
 
 
 def compare(runs: list[Run], tolerance: float | None, seed: int = 0, margin: float | None = None) -> list[Comparison]:
@@ -137,8 +142,9 @@ def runs_of(records: list[Record]) -> list[Run]:
     return [Run(_backend_id(r), r) for r in records if r.ok]
 
 
-def comparisons(runs: list[Run], tolerance: float | None, seed: int = 0,
-                confidence: float | None = None, margin: float | None = None) -> list[Comparison]:
+def comparisons(
+    runs: list[Run], tolerance: float | None, seed: int = 0, confidence: float | None = None, margin: float | None = None
+) -> list[Comparison]:
     """Every pair of runs that share a config (none is fine). ``confidence`` is that of the
     intervals (their field is still named ``ci95``); None: 95%, or, for two records of one
     ``until`` run, the confidence of that run's last look, so that ``compare`` says what the run
@@ -146,8 +152,11 @@ def comparisons(runs: list[Run], tolerance: float | None, seed: int = 0,
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(config_key(run.record), []).append(run)
-    results = [_compare_pair(a, b, key, tolerance, seed, confidence)
-               for key, members in groups.items() for a, b in combinations(members, 2)]
+    results = [
+        _compare_pair(a, b, key, tolerance, seed, confidence)
+        for key, members in groups.items()
+        for a, b in combinations(members, 2)
+    ]
     if margin is not None:
         for result in results:
             _judge_margin(result, margin)
@@ -185,13 +194,14 @@ def decided(records: list[Record], rule: StopRule, look: int) -> str:
         return "nothing left to compare (a run did not finish)"
     at = f"{confidence:.2%} CI at look {look}, 5% error spent over the looks"
     if rule.tolerance is not None and all(r.verdict in ("within", "outside") for r in results):
-        return "decided: " + "; ".join(f"{r.a} / {r.b} {r.verdict} ±{rule.tolerance:.1%} "
-                                       f"(ratio {r.ratio:.3f}, {at}: {r.ci95[0]:.3f}–{r.ci95[1]:.3f})"
-                                       for r in results)
-    if rule.half_width is not None and all(not r.single_sample and not r.busy and relative_half_width(r) <= rule.half_width
-                                           for r in results):
-        return "precise: " + "; ".join(f"{r.a} / {r.b} ratio {r.ratio:.3f} ±{relative_half_width(r):.2%} "
-                                       f"({at})" for r in results)
+        return "decided: " + "; ".join(
+            f"{r.a} / {r.b} {r.verdict} ±{rule.tolerance:.1%} (ratio {r.ratio:.3f}, {at}: {r.ci95[0]:.3f}–{r.ci95[1]:.3f})"
+            for r in results
+        )
+    if rule.half_width is not None and all(
+        not r.single_sample and not r.busy and relative_half_width(r) <= rule.half_width for r in results
+    ):
+        return "precise: " + "; ".join(f"{r.a} / {r.b} ratio {r.ratio:.3f} ±{relative_half_width(r):.2%} ({at})" for r in results)
     return ""
 
 
@@ -200,8 +210,7 @@ def relative_half_width(result: Comparison) -> float:
     return max(result.ratio - result.ci95[0], result.ci95[1] - result.ratio) / result.ratio
 
 
-def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
-                  confidence: float | None = None) -> Comparison:
+def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int, confidence: float | None = None) -> Comparison:
     paired = _paired_rates(a.record, b.record)
     schedule = a.record.schedule
     lockstep = bool(paired) and schedule is not None and schedule.kind == "lockstep"
@@ -219,8 +228,19 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
     else:
         point, ci, count, unit, samples = _unpaired(a.record, b.record, seed, confidence)
         analysis = UNPAIRED_ANALYSIS if unit == "trials" else "unpaired bootstrap over timed steps"
-    result = Comparison(a.label, b.label, key, a.record.images_per_sec(), b.record.images_per_sec(), point, ci,
-                        samples, analysis=analysis, confidence=confidence, per_unit=per_unit)
+    result = Comparison(
+        a.label,
+        b.label,
+        key,
+        a.record.images_per_sec(),
+        b.record.images_per_sec(),
+        point,
+        ci,
+        samples,
+        analysis=analysis,
+        confidence=confidence,
+        per_unit=per_unit,
+    )
     single = (count < 2) if paired else (unit != "trials")
     result.single_sample = single
     if lockstep:
@@ -231,9 +251,12 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
         result.verdict, result.note = verdict(point, ci, tolerance, count, unit)
         if single:  # more of the same would not help: the interval lacks run-to-run variation
             result.verdict = "undecided"
-            result.note = (f"one {unit[:-1]}: no interval exists yet; run --trials >= 3" if paired else
-                           "one trial per side: its interval covers step-to-step noise only, not run-to-run "
-                           "variation; run both in one invocation with --trials >= 3 (paired rounds)")
+            result.note = (
+                f"one {unit[:-1]}: no interval exists yet; run --trials >= 3"
+                if paired
+                else "one trial per side: its interval covers step-to-step noise only, not run-to-run "
+                "variation; run both in one invocation with --trials >= 3 (paired rounds)"
+            )
         if result.busy:  # a verdict a busy machine could have changed is never given
             result.verdict, result.note = "undecided", f"verdict withheld: {result.busy}"
     elif single and not paired:
@@ -248,8 +271,12 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int,
 def busy_pairs(record: Record) -> set[int]:
     """The pairs (rounds) of a lockstep record with a counted block its run called busy."""
     limit = _busy_share(record)
-    return {t.round for t in record.ok_trials() for b in t.blocks or () if t.round is not None
-            and b.counted and busy.is_busy(b.foreign_share, limit)}
+    return {
+        t.round
+        for t in record.ok_trials()
+        for b in t.blocks or ()
+        if t.round is not None and b.counted and busy.is_busy(b.foreign_share, limit)
+    }
 
 
 def _busy_share(record: Record) -> float:
@@ -266,14 +293,20 @@ def busy_note(a: Run, b: Run) -> str:
     if not any(busy.is_busy(share, limit) for found in blocks.values() for share, _ in found):
         return ""
     (first, found_a), (second, found_b) = blocks.items()
-    return (f"the machine was busy: {_weighted_share(found_a):.0%} of CPU time went to other processes during "
-            f"{first}'s blocks, {_weighted_share(found_b):.0%} during {second}'s")
+    return (
+        f"the machine was busy: {_weighted_share(found_a):.0%} of CPU time went to other processes during "
+        f"{first}'s blocks, {_weighted_share(found_b):.0%} during {second}'s"
+    )
 
 
 def _counted_blocks(record: Record) -> list[tuple[float, float]]:
     """(foreign share, seconds) of every counted block of the record's ok trials."""
-    return [(block.foreign_share, block.seconds or 0.0) for trial in record.ok_trials()
-            for block in trial.blocks or () if block.counted and block.foreign_share is not None]
+    return [
+        (block.foreign_share, block.seconds or 0.0)
+        for trial in record.ok_trials()
+        for block in trial.blocks or ()
+        if block.counted and block.foreign_share is not None
+    ]
 
 
 def _weighted_share(blocks: list[tuple[float, float]]) -> float:
@@ -309,12 +342,10 @@ def common_rounds(a: Record, b: Record) -> list[int]:
 
 
 def _trials_by_round(record: Record) -> dict[int, TrialRow]:
-    return {t.round: t for t in record.ok_trials()
-            if t.round is not None and t.started_utc is not None and t.images_per_sec}
+    return {t.round: t for t in record.ok_trials() if t.round is not None and t.started_utc is not None and t.images_per_sec}
 
 
-def _unpaired(a: Record, b: Record, seed: int,
-              confidence: float) -> tuple[float, tuple[float, float], int, str, str]:
+def _unpaired(a: Record, b: Record, seed: int, confidence: float) -> tuple[float, tuple[float, float], int, str, str]:
     """A/B of two runs of separate invocations: Welch's t on the trials' log-rates when both
     sides have several trials; else a bootstrap over timed steps, whose interval holds
     step-to-step noise only (the caller withholds a verdict from it)."""
@@ -348,8 +379,11 @@ def verdict(point: float, ci: tuple[float, float], tolerance: float, samples: in
         return "within", ""
     if high < low_bound or low > high_bound:
         return "outside", ""
-    margin = min(point - low_bound, high_bound - point) if low_bound <= point <= high_bound \
+    margin = (
+        min(point - low_bound, high_bound - point)
+        if low_bound <= point <= high_bound
         else min(abs(point - low_bound), abs(point - high_bound))
+    )
     if margin <= 0:
         return "undecided", "the estimate sits on the tolerance bound"
     half_width = (high - low) / 2
@@ -367,5 +401,4 @@ def exit_code(results: list[Comparison]) -> int:
 
 
 def to_json(results: list[Comparison], tolerance: float | None, margin: float | None = None) -> str:
-    return json.dumps({"tolerance": tolerance, "margin": margin, "comparisons": [asdict(r) for r in results]},
-                      indent=1)
+    return json.dumps({"tolerance": tolerance, "margin": margin, "comparisons": [asdict(r) for r in results]}, indent=1)

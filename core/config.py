@@ -22,6 +22,7 @@ from .errors import UsageError
 
 T = TypeVar("T")
 
+
 @dataclass(frozen=True)
 class Flag:
     """How a RunConfig field appears on the command line: declared on the field, once; the
@@ -46,60 +47,85 @@ class RunConfig:
     (``metadata["flag"]``), and ``schemas/config.schema.json`` holds exactly these fields."""
 
     #: model, variant and precision: names the backend declares; None: the backend's default
-    model: str | None = field(default=None, metadata=flag(
-        "Model, as the backend names it (default: its first; `accelbench plugins` lists them)."))
-    variant: str | None = field(default=None, metadata=flag(
-        "Variant of the model, as the backend names it (default: its first)."))
+    model: str | None = field(
+        default=None, metadata=flag("Model, as the backend names it (default: its first; `accelbench plugins` lists them).")
+    )
+    variant: str | None = field(
+        default=None, metadata=flag("Variant of the model, as the backend names it (default: its first).")
+    )
     global_batch: int | None = field(default=None, metadata=flag("Global batch (split over the devices).", "int"))
-    per_device_batch: int | None = field(default=None, metadata=flag(
-        "Per-device batch (tf_cnn_benchmarks' --batch_size).", "int"))
-    batch_sizes: tuple[int, ...] | None = field(default=None, metadata=flag(
-        "Sweep of global batch sizes, e.g. 8,16,32.", "int_list"))
+    per_device_batch: int | None = field(
+        default=None, metadata=flag("Per-device batch (tf_cnn_benchmarks' --batch_size).", "int")
+    )
+    batch_sizes: tuple[int, ...] | None = field(
+        default=None, metadata=flag("Sweep of global batch sizes, e.g. 8,16,32.", "int_list")
+    )
     device: str = field(default="auto", metadata=flag("Device kind the backend lists (cpu, gpu, ...), or auto (default)."))
     device_count: int | None = field(default=None, metadata=flag("Devices to use (default: all of the kind).", "int"))
     #: worker processes of a multi-worker data-parallel run (each with ``device_count`` devices)
-    workers: int = field(default=1, metadata=flag(
-        "Worker processes of a multi-worker run, all on this machine (loopback).", "int"))
+    workers: int = field(
+        default=1, metadata=flag("Worker processes of a multi-worker run, all on this machine (loopback).", "int")
+    )
     #: with workers > 1, first run one worker of the same per-worker batch (scaling efficiency)
-    scaling_baseline: bool = field(default=True, metadata=flag(
-        "With --workers > 1, also run 1 worker for scaling efficiency (default on).", "bool"))
-    precision: str | None = field(default=None, metadata=flag(
-        "Numeric precision, as the backend names it (default: its first)."))
+    scaling_baseline: bool = field(
+        default=True, metadata=flag("With --workers > 1, also run 1 worker for scaling efficiency (default on).", "bool")
+    )
+    precision: str | None = field(default=None, metadata=flag("Numeric precision, as the backend names it (default: its first)."))
     image_size: int = field(default=224, metadata=flag("Square image side (default 224).", "int"))
     num_classes: int = field(default=1000, metadata=flag("Classes of the synthetic labels (default 1000).", "int"))
     data: str = "synthetic"
     #: warm-up steps: all of them ("fixed"), or the cap of a warm-up that ends once the step time
     #: is stable ("stable"); ``warmup`` None: stable when time-boxed, fixed when counted
-    warmup_steps: int = field(default=10, metadata=flag(
-        "Untimed steps first; with --warmup stable, the most (default 10).", "int"))
-    warmup: str | None = field(default=None, metadata=flag(
-        "Warm up --warmup-steps steps, or until the step time is stable (default: stable with a time box, "
-        "fixed with counted steps).", choices=("fixed", "stable")))
+    warmup_steps: int = field(
+        default=10, metadata=flag("Untimed steps first; with --warmup stable, the most (default 10).", "int")
+    )
+    warmup: str | None = field(
+        default=None,
+        metadata=flag(
+            "Warm up --warmup-steps steps, or until the step time is stable (default: stable with a time box, "
+            "fixed with counted steps).",
+            choices=("fixed", "stable"),
+        ),
+    )
     #: timed steps (counted, the tf_cnn_benchmarks protocol), or ``time_s`` seconds of whole steps
     #: (a time box); neither: a time box of ``DEFAULT_TIME_S`` (counted for multi-worker runs)
-    timed_steps: int | None = field(default=None, metadata=flag(
-        "Count this many timed steps (the tf_cnn_benchmarks protocol).", "int"))
+    timed_steps: int | None = field(
+        default=None, metadata=flag("Count this many timed steps (the tf_cnn_benchmarks protocol).", "int")
+    )
     time_s: float | None = None  # the CLI's --time takes a duration ("45s", "2m"): cli.py parses it
     trials: int = field(default=1, metadata=flag("Independent worker processes per run (default 1).", "int"))
     threads: int | None = field(default=None, metadata=flag("Compute threads (default: all cores).", "int"))
-    inter_op_threads: int | None = field(default=None, metadata=flag(
-        "Inter-op threads where the framework has them.", "int"))
+    inter_op_threads: int | None = field(default=None, metadata=flag("Inter-op threads where the framework has them.", "int"))
     seed: int = field(default=0, metadata=flag("Random seed.", "int"))
-    timeout_s: float = field(default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "timeout",
-                                                           name="timeout"))
+    timeout_s: float = field(
+        default=1800.0, metadata=flag("Seconds before a run's worker is stopped.", "timeout", name="timeout")
+    )
     #: "auto" until planning resolves it per backend (``accelbench.allocators.resolve``)
-    allocator: str = field(default="auto", metadata=flag(
-        "Memory allocator preloaded into each worker: system (the C library's malloc), jemalloc, "
-        "tcmalloc, a shared library's absolute path, or auto (default: the one the plugin measured "
-        "fastest, when installed, else system)."))
+    allocator: str = field(
+        default="auto",
+        metadata=flag(
+            "Memory allocator preloaded into each worker: system (the C library's malloc), jemalloc, "
+            "tcmalloc, a shared library's absolute path, or auto (default: the one the plugin measured "
+            "fastest, when installed, else system)."
+        ),
+    )
     #: "auto" until planning resolves it per backend (``accelbench.allocators.resolve_huge_pages``)
-    huge_pages: str = field(default="auto", metadata=flag(
-        "Transparent huge pages for the memory each worker's allocator maps: on, off, or auto (default: on "
-        "where the plugin measured them faster and this machine's kernel and allocator can give them).",
-        choices=allocators.HUGE_PAGE_CHOICES))
-    memory_limit_mb: int | None = field(default=None, metadata=flag(
-        "Resident-memory limit for each worker process and its children, watched by the host "
-        "(train mode: 3/4 of this machine's memory unless given).", "int"))
+    huge_pages: str = field(
+        default="auto",
+        metadata=flag(
+            "Transparent huge pages for the memory each worker's allocator maps: on, off, or auto (default: on "
+            "where the plugin measured them faster and this machine's kernel and allocator can give them).",
+            choices=allocators.HUGE_PAGE_CHOICES,
+        ),
+    )
+    memory_limit_mb: int | None = field(
+        default=None,
+        metadata=flag(
+            "Resident-memory limit for each worker process and its children, watched by the host "
+            "(train mode: 3/4 of this machine's memory unless given).",
+            "int",
+        ),
+    )
     options: dict[str, Any] = field(default_factory=dict)  # --option KEY=VALUE, parsed by cli.py
     #: "throughput" (synthetic data, the timing loop) or "train" (a real dataset, to a target top-1)
     mode: str = "throughput"
@@ -190,8 +216,11 @@ def timed_phase(config: RunConfig) -> dict[str, Any]:
     timed_steps, time_s = config.timed_steps, config.time_s
     if timed_steps is None and time_s is None:
         timed_steps, time_s = (DEFAULT_TIMED_STEPS, None) if config.workers > 1 else (None, DEFAULT_TIME_S)
-    return {"timed_steps": timed_steps, "time_s": time_s,
-            "warmup": config.warmup or ("stable" if time_s is not None else "fixed")}
+    return {
+        "timed_steps": timed_steps,
+        "time_s": time_s,
+        "warmup": config.warmup or ("stable" if time_s is not None else "fixed"),
+    }
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -226,8 +255,7 @@ def expand_sweep(config: RunConfig) -> list[RunConfig]:
     """One config per batch size of a sweep (global batches), or the config itself."""
     if not config.batch_sizes:
         return [config]
-    return [config.replace(batch_sizes=None, global_batch=b, per_device_batch=None)
-            for b in config.batch_sizes]
+    return [config.replace(batch_sizes=None, global_batch=b, per_device_batch=None) for b in config.batch_sizes]
 
 
 def _resolved(value: T | None, name: str) -> T:

@@ -19,8 +19,23 @@ if TYPE_CHECKING:
     from .peak_measure import PeakOutcome
 from .runner import RunObserver
 
-COLUMNS = ("backend", "status", "device", "precision", "model", "batch g/dev", "images/sec",
-           "95% CI", "step median", "CV", "GFLOP/s", "of peak", "start-up", "peak memory", "J/image")
+COLUMNS = (
+    "backend",
+    "status",
+    "device",
+    "precision",
+    "model",
+    "batch g/dev",
+    "images/sec",
+    "95% CI",
+    "step median",
+    "CV",
+    "GFLOP/s",
+    "of peak",
+    "start-up",
+    "peak memory",
+    "J/image",
+)
 NUMERIC_COLUMNS = set(COLUMNS[5:])
 STATUS_STYLE = {"ok": "green", "failed": "red", "timeout": "red", "unavailable": "yellow", "skipped": "yellow"}
 
@@ -43,8 +58,9 @@ class FoldingTable:
     (and ``wide`` is off), the table keeps only the key columns and each row's other cells print
     folded under it, one line per row, labelled by the row's first cell."""
 
-    def __init__(self, title: str, columns: tuple[str, ...], key: tuple[str, ...], numeric: set[str] | tuple[str, ...],
-                 wide: bool = False):
+    def __init__(
+        self, title: str, columns: tuple[str, ...], key: tuple[str, ...], numeric: set[str] | tuple[str, ...], wide: bool = False
+    ):
         self.title, self.columns, self.key, self.numeric, self.wide = title, columns, key, set(numeric), wide
         #: each row as {column: cell}
         self.rows: list[dict[str, str | Text]] = []
@@ -71,8 +87,11 @@ class FoldingTable:
             return
         out.print(self._table(self.key))
         for row in self.rows:
-            rest = [f"{name} {_text(row[name])}" for name in self.columns
-                    if name not in self.key and _text(row[name]) not in ("", "-")]
+            rest = [
+                f"{name} {_text(row[name])}"
+                for name in self.columns
+                if name not in self.key and _text(row[name]) not in ("", "-")
+            ]
             if rest:
                 label = _text(row[self.columns[0]])
                 out.print(plain(f"  {label}: ".replace("\n", " ") + " · ".join(rest).replace("\n", " ")))
@@ -83,9 +102,13 @@ class FoldingTable:
             # a key column is at least as wide as its longest word, so a name or a figure stays whole
             # (a longer one folds onto the next line rather than being cut with an ellipsis)
             longest = max((len(word) for row in self.rows for word in _text(row[name]).split()), default=0)
-            table.add_column(name, justify="right" if name in self.numeric else "left", overflow="fold",
-                             no_wrap=name in self.numeric,
-                             min_width=max(min(longest, 40), len(name)) if name in self.key else None)
+            table.add_column(
+                name,
+                justify="right" if name in self.numeric else "left",
+                overflow="fold",
+                no_wrap=name in self.numeric,
+                min_width=max(min(longest, 40), len(name)) if name in self.key else None,
+            )
         for row in self.rows:
             table.add_row(*(row[name] for name in names))
         return table
@@ -109,9 +132,15 @@ class RunProgress(RunObserver):
     """
 
     def __init__(self, total_trials: int | None):
-        self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=console(stderr=True), transient=True,
-                                  auto_refresh=False)
+        self._progress = Progress(
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console(stderr=True),
+            transient=True,
+            auto_refresh=False,
+        )
         self._overall = self._progress.add_task("trials", total=total_trials)
         self._steps = self._progress.add_task("", total=None, visible=False)
 
@@ -126,8 +155,14 @@ class RunProgress(RunObserver):
         self.progress(backend_id, trial, "starting", 0, None)
 
     def progress(self, backend_id: str, trial: int, phase: str, done: int, total: int | None) -> None:
-        self._progress.update(self._steps, description=f"{backend_id} trial {trial + 1} {phase}",
-                              completed=done, total=total, visible=True, refresh=True)
+        self._progress.update(
+            self._steps,
+            description=f"{backend_id} trial {trial + 1} {phase}",
+            completed=done,
+            total=total,
+            visible=True,
+            refresh=True,
+        )
 
     def finished(self, record: Record) -> None:
         self._progress.advance(self._overall)
@@ -164,11 +199,16 @@ class LogLines(RunObserver):
         trial = record.trials[-1]
         rate = f", {trial.images_per_sec:.2f} img/s this trial" if trial.images_per_sec else ""
         tp = record.throughput
-        pooled = (f", {tp.images_per_sec:.2f} img/s over {len(record.trials)} trial(s) "
-                  f"(95% CI {tp.ci95[0]:.2f}–{tp.ci95[1]:.2f})") if tp and len(record.trials) > 1 else ""
+        pooled = (
+            (f", {tp.images_per_sec:.2f} img/s over {len(record.trials)} trial(s) (95% CI {tp.ci95[0]:.2f}–{tp.ci95[1]:.2f})")
+            if tp and len(record.trials) > 1
+            else ""
+        )
         reason = f": {record.reason}" if record.reason else ""
-        self._line(f"end {backend_label(record)} trial {len(record.trials)}: "
-                   f"{record.status}{reason}{rate}{pooled}, {time.monotonic() - self.trial_start:.0f} s")
+        self._line(
+            f"end {backend_label(record)} trial {len(record.trials)}: "
+            f"{record.status}{reason}{rate}{pooled}, {time.monotonic() - self.trial_start:.0f} s"
+        )
         for warning in record.warnings:
             if warning not in self.warned:  # a record's warnings stay with it trial after trial
                 self.warned.add(warning)
@@ -199,8 +239,13 @@ class ResultsTable:
         self.table().print(out)
         no_peak = [f"{backend_label(r)} ({r.precision})" for r in self.records if r.flops and r.flops.peak_reason]
         if no_peak:
-            out.print(plain(("note", "cyan"), f" no peak to compare with for {', '.join(no_peak)}: "
-                                              f"`accelbench peak` measures this machine's ('of peak' then shows it)"))
+            out.print(
+                plain(
+                    ("note", "cyan"),
+                    f" no peak to compare with for {', '.join(no_peak)}: "
+                    f"`accelbench peak` measures this machine's ('of peak' then shows it)",
+                )
+            )
         no_energy = {r.energy.reason for r in self.records if r.energy and r.energy.reason}
         for reason in sorted(no_energy):
             out.print(plain(("note", "cyan"), f" no energy figure (J/image): {reason}"))
@@ -230,10 +275,14 @@ class ResultsTable:
         tp, st, fl = r.throughput, r.step_time, r.flops
         added = r.environment.worker.added if r.environment.worker else None
         return [
-            plain(backend_label(r) + (f"\n[{', '.join(added)}]" if added else "")), _status(r),
-            plain(f"{r.device.kind}x{r.device.count} {r.device.name}".strip()
-                  + (f" ×{r.distributed.workers} workers" if r.distributed else "")),
-            plain(r.precision), plain(model_label(r)),
+            plain(backend_label(r) + (f"\n[{', '.join(added)}]" if added else "")),
+            _status(r),
+            plain(
+                f"{r.device.kind}x{r.device.count} {r.device.name}".strip()
+                + (f" ×{r.distributed.workers} workers" if r.distributed else "")
+            ),
+            plain(r.precision),
+            plain(model_label(r)),
             f"{r.batch.global_}/{r.batch.per_device}",
             f"{tp.images_per_sec:.2f}" if tp else "-",
             f"{tp.ci95[0]:.2f}–{tp.ci95[1]:.2f}" if tp else "-",
@@ -255,8 +304,7 @@ def footprint_cells(record: Record) -> list[str]:
     if device is not None:
         shown.append(f"{device / 2**30:.2f} GiB device")
     joules = record.energy.joules_per_image if record.energy else None
-    return [f"{startup:.1f} s" if startup is not None else "-", " + ".join(shown),
-            f"{joules:.3g}" if joules is not None else "-"]
+    return [f"{startup:.1f} s" if startup is not None else "-", " + ".join(shown), f"{joules:.3g}" if joules is not None else "-"]
 
 
 def backend_label(record: Record) -> str:
@@ -270,8 +318,19 @@ def model_label(record: Record) -> str:
 class TrainingTable(ResultsTable):
     """Train mode: accuracy reached, epochs and time (and cost) to the target."""
 
-    COLUMNS = ("backend", "status", "precision", "model", "batch", "target", "best top-1 (epoch)",
-               "epochs to target", "time to target", "train img/s", "cost to target")
+    COLUMNS = (
+        "backend",
+        "status",
+        "precision",
+        "model",
+        "batch",
+        "target",
+        "best top-1 (epoch)",
+        "epochs to target",
+        "time to target",
+        "train img/s",
+        "cost to target",
+    )
 
     KEY_COLUMNS = ("backend", "status", "best top-1 (epoch)", "epochs to target", "time to target")
 
@@ -284,8 +343,13 @@ class TrainingTable(ResultsTable):
     @staticmethod
     def _training_row(r: Record) -> list[str | Text]:
         t = r.training
-        head: list[str | Text] = [plain(backend_label(r)), _status(r), plain(r.precision), plain(model_label(r)),
-                                  str(r.batch.global_)]
+        head: list[str | Text] = [
+            plain(backend_label(r)),
+            _status(r),
+            plain(r.precision),
+            plain(model_label(r)),
+            str(r.batch.global_),
+        ]
         if not t:
             return [*head, *["-"] * 6]
         reached = t.target_reached
@@ -301,32 +365,54 @@ class TrainingTable(ResultsTable):
         ]
 
 
-VERDICT_STYLE = {"within": "green", "outside": "red", "undecided": "yellow", "ahead": "green", "not behind": "green",
-                 "behind": "red", None: "white"}
+VERDICT_STYLE = {
+    "within": "green",
+    "outside": "red",
+    "undecided": "yellow",
+    "ahead": "green",
+    "not behind": "green",
+    "behind": "red",
+    None: "white",
+}
 
 
 class ComparisonTable:
-    def __init__(self, results: list[Comparison], tolerance: float | None, margin: float | None = None,
-                 wide: bool = False):
+    def __init__(self, results: list[Comparison], tolerance: float | None, margin: float | None = None, wide: bool = False):
         self.results, self.tolerance, self.margin, self.wide = results, tolerance, margin, wide
 
     def print(self, out: Console | None = None) -> None:
         out = out or console()
-        bound = (f" (tolerance ±{self.tolerance:.1%})" if self.tolerance else
-                 f" (margin {self.margin:.1%}: is A at least B?)" if self.margin else "")
+        bound = (
+            f" (tolerance ±{self.tolerance:.1%})"
+            if self.tolerance
+            else f" (margin {self.margin:.1%}: is A at least B?)"
+            if self.margin
+            else ""
+        )
         levels = {r.confidence for r in self.results}
         interval = _interval_header(self.results)
-        table = FoldingTable(f"accelbench comparison: A / B images/sec{bound}",
-                             ("A / B", "config", "A img/s", "B img/s", "ratio", interval, "verdict", "samples",
-                              "analysis", "note"),
-                             ("A / B", "ratio", interval, "verdict"), ("A img/s", "B img/s", "ratio", interval),
-                             self.wide)
+        table = FoldingTable(
+            f"accelbench comparison: A / B images/sec{bound}",
+            ("A / B", "config", "A img/s", "B img/s", "ratio", interval, "verdict", "samples", "analysis", "note"),
+            ("A / B", "ratio", interval, "verdict"),
+            ("A img/s", "B img/s", "ratio", interval),
+            self.wide,
+        )
         for r in self.results:
             level = "" if len(levels) <= 1 else f" ({r.confidence:.2%})"
             # A over B in one cell: two names side by side would not fit 80 columns with the figures
-            table.add_row(plain(f"{r.a}\n/ {r.b}"), plain(r.config), f"{r.a_images_per_sec:.2f}",
-                          f"{r.b_images_per_sec:.2f}", f"{r.ratio:.3f}", f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}{level}",
-                          plain((r.verdict or "-", VERDICT_STYLE[r.verdict])), r.samples, r.analysis, plain(r.note))
+            table.add_row(
+                plain(f"{r.a}\n/ {r.b}"),
+                plain(r.config),
+                f"{r.a_images_per_sec:.2f}",
+                f"{r.b_images_per_sec:.2f}",
+                f"{r.ratio:.3f}",
+                f"{r.ci95[0]:.3f}–{r.ci95[1]:.3f}{level}",
+                plain((r.verdict or "-", VERDICT_STYLE[r.verdict])),
+                r.samples,
+                r.analysis,
+                plain(r.note),
+            )
         table.print(out)
         for r in self.results:
             if r.per_unit:
@@ -368,7 +454,12 @@ class PeakTable:
             table.add_column(column, justify="right" if column == "GFLOP/s" else "left")
         for o in self.rows:
             m = o.measurement
-            table.add_row(plain(f"{o.framework} {m.framework_version if m else ''}".strip()), plain(o.precision),
-                          plain((o.status, STATUS_STYLE.get(o.status, "white"))), plain(m.device_name if m else ""),
-                          f"{m.flops_per_s / 1e9:.1f}" if m else "", plain("; ".join(o.warnings) if m else o.reason))
+            table.add_row(
+                plain(f"{o.framework} {m.framework_version if m else ''}".strip()),
+                plain(o.precision),
+                plain((o.status, STATUS_STYLE.get(o.status, "white"))),
+                plain(m.device_name if m else ""),
+                f"{m.flops_per_s / 1e9:.1f}" if m else "",
+                plain("; ".join(o.warnings) if m else o.reason),
+            )
         self.console.print(table)

@@ -41,11 +41,13 @@ def check_all(backend: str, **config: Any) -> records.Record:
 
 def describes_without_framework(backend: str) -> dict[str, Any]:
     """Listing and describing the backend in a fresh interpreter imports none of its framework."""
-    code = ("import json, sys\n"
-            "from accelbench.registry import PluginHost\n"
-            f"[ref] = PluginHost().select(backends=[{backend!r}])\n"
-            "info = ref.backend.describe().to_json()\n"
-            "print(json.dumps({'info': info, 'loaded': [m for m in info['requires'] if m in sys.modules]}))")
+    code = (
+        "import json, sys\n"
+        "from accelbench.registry import PluginHost\n"
+        f"[ref] = PluginHost().select(backends=[{backend!r}])\n"
+        "info = ref.backend.describe().to_json()\n"
+        "print(json.dumps({'info': info, 'loaded': [m for m in info['requires'] if m in sys.modules]}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=path_env())
     if out.returncode:
         raise ContractViolation(f"{backend}: describing it failed: {out.stderr.strip().splitlines()[-1:]}")
@@ -85,8 +87,10 @@ def step_syncs(backend: str, timed_steps: int = 12, **config: Any) -> records.Re
         raise ContractViolation(f"{backend}: an ok run gave no step-time summary")
     median, mean = record.step_time.median_s, record.step_time.mean_s
     if mean > ASYNC_MEAN_OVER_MEDIAN * median or times[0] < ASYNC_MIN_OVER_MEDIAN * median:
-        raise ContractViolation(f"{backend}: step times look asynchronous (min {times[0]:.2e} s, median "
-                                f"{median:.2e} s, mean {mean:.2e} s): step() must return after the device finished")
+        raise ContractViolation(
+            f"{backend}: step times look asynchronous (min {times[0]:.2e} s, median "
+            f"{median:.2e} s, mean {mean:.2e} s): step() must return after the device finished"
+        )
     return record
 
 
@@ -108,8 +112,10 @@ def work_stays_in_its_step(backend: str, calls: int = 5, **config: Any) -> tuple
     finally:
         stepped.close()
     if paused < SPILL_GAPPED_OVER_BACK_TO_BACK * back_to_back:
-        raise ContractViolation(f"{backend}: a step after an idle pause took {paused:.2e} s against {back_to_back:.2e} s "
-                                "back to back: its work spills past step()'s return (sync the device before returning)")
+        raise ContractViolation(
+            f"{backend}: a step after an idle pause took {paused:.2e} s against {back_to_back:.2e} s "
+            "back to back: its work spills past step()'s return (sync the device before returning)"
+        )
     return back_to_back, paused
 
 
@@ -120,8 +126,7 @@ def record_validates(backend: str, **config: Any) -> records.Record:
 
 def _run(backend: str, **config: Any) -> records.Record:
     defaults = {"warmup_steps": 2, "timed_steps": 5}
-    [record] = runner.execute(planning.plan([_ref(backend)], RunConfig.from_dict({**defaults, **config})),
-                              records.check_all)
+    [record] = runner.execute(planning.plan([_ref(backend)], RunConfig.from_dict({**defaults, **config})), records.check_all)
     if not record.ok:
         raise ContractViolation(f"{backend}: run ended {record.status}: {record.reason}")
     return record

@@ -42,8 +42,9 @@ class DatasetWriter:
                 python, _ = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
             except envs.EnvironmentError_ as exc:
                 raise RuntimeError(f"{self.ref.id}: no worker environment: {exc}") from None
-            self.worker = Worker(self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data",
-                                 python=python)
+            self.worker = Worker(
+                self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data", python=python
+            )
         worker = self.worker
         try:
             return worker.call(command, *args)
@@ -72,8 +73,7 @@ def dataset_writers(refs: list[BackendRef]) -> Iterator[dict[str, DatasetWriter]
             writer.close()
 
 
-def convert_dataset(source: str, out: Path, refs: list[BackendRef], preset: str | None = None,
-                    seed: int = 0) -> dict[str, Any]:
+def convert_dataset(source: str, out: Path, refs: list[BackendRef], preset: str | None = None, seed: int = 0) -> dict[str, Any]:
     """``accelbench data``: the source in every installed framework's format, verified."""
     with dataset_writers(refs) as writers:
         return datasets.convert(source, out, writers, preset, seed)

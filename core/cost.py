@@ -51,9 +51,11 @@ class Price:
 
     def matches(self, record: Record) -> bool:
         device = record.device
-        return (self.device_kind == device.kind
-                and self.accelerators_per_instance == device.count
-                and bool(re.search(self.device_name_pattern, device.name, re.IGNORECASE)))
+        return (
+            self.device_kind == device.kind
+            and self.accelerators_per_instance == device.count
+            and bool(re.search(self.device_name_pattern, device.name, re.IGNORECASE))
+        )
 
     def ref(self) -> PriceRef:
         return PriceRef(self.name, self.price_per_hour, self.currency, self.pricing, self.source)
@@ -86,10 +88,19 @@ def load_catalogue(path: str | Path | None = None) -> list[Price]:
     if path is not None:
         document = inputs.read_json(path, "price catalogue")
         entries.update({e["name"]: e for e in _checked(document, f"price catalogue {path}")})
-    return [Price(name=e["name"], price_per_hour=e["price_per_hour"], currency=e["currency"],
-                  pricing=e["pricing"], source=e["source"], device_kind=e["device_kind"],
-                  device_name_pattern=e.get("device_name_pattern", ""),
-                  accelerators_per_instance=e["accelerators_per_instance"]) for e in entries.values()]
+    return [
+        Price(
+            name=e["name"],
+            price_per_hour=e["price_per_hour"],
+            currency=e["currency"],
+            pricing=e["pricing"],
+            source=e["source"],
+            device_kind=e["device_kind"],
+            device_name_pattern=e.get("device_name_pattern", ""),
+            accelerators_per_instance=e["accelerators_per_instance"],
+        )
+        for e in entries.values()
+    ]
 
 
 def _checked(document: Any, what: str) -> list[dict[str, Any]]:
@@ -113,13 +124,18 @@ def cost_block(record: Record, price: Price | None, epochs: int = DEFAULT_EPOCHS
         d = record.device
         return Cost(None, f"no price for {d.kind} x{d.count} {d.name}".strip())
     ips = record.throughput.images_per_sec
-    return Cost(price.ref(), "", images_per_dollar=images_per_dollar(ips, price.price_per_hour),
-                cost_per_epoch=cost_of_epochs(1, ips, price.price_per_hour), epochs=epochs,
-                cost_of_epochs=cost_of_epochs(epochs, ips, price.price_per_hour), epoch_images=IMAGENET_EPOCH_IMAGES)
+    return Cost(
+        price.ref(),
+        "",
+        images_per_dollar=images_per_dollar(ips, price.price_per_hour),
+        cost_per_epoch=cost_of_epochs(1, ips, price.price_per_hour),
+        epochs=epochs,
+        cost_of_epochs=cost_of_epochs(epochs, ips, price.price_per_hour),
+        epoch_images=IMAGENET_EPOCH_IMAGES,
+    )
 
 
-def explicit_price(name: str | None, per_hour: float | None, catalogue: list[Price],
-                   currency: str = "USD") -> Price | None:
+def explicit_price(name: str | None, per_hour: float | None, catalogue: list[Price], currency: str = "USD") -> Price | None:
     """A price the user named (catalogue entry) or gave (per hour), or None."""
     if name and per_hour is not None:
         raise UsageError("give --price or --price-per-hour, not both")
@@ -154,14 +170,14 @@ def energy_cost_block(record: Record, per_kwh: float, currency: str = "USD") -> 
     spent = record.energy
     if spent is None or spent.joules_per_image is None:
         reason = spent.reason if spent else None
-        return EnergyCost(per_kwh, currency, None, None,
-                          reason or "the record has no energy figure (written before result schema 1.11)")
+        return EnergyCost(
+            per_kwh, currency, None, None, reason or "the record has no energy figure (written before result schema 1.11)"
+        )
     per_image = spent.joules_per_image / footprint.JOULES_PER_KWH * per_kwh
     return EnergyCost(per_kwh, currency, per_image, per_image * IMAGENET_EPOCH_IMAGES)
 
 
-def price_record(record: Record, price: Price | None, epochs: int = DEFAULT_EPOCHS,
-                 per_kwh: float | None = None) -> None:
+def price_record(record: Record, price: Price | None, epochs: int = DEFAULT_EPOCHS, per_kwh: float | None = None) -> None:
     """Set the record's ``cost`` block (with its energy priced, given ``per_kwh``) and, for a
     train-mode record, its cost to target."""
     record.cost = cost_block(record, price, epochs)
@@ -181,8 +197,9 @@ class Pricing:
     per_kwh: float | None = None
 
     @classmethod
-    def from_flags(cls, prices: str | None, price: str | None, price_per_hour: float | None, epochs: int,
-                   price_per_kwh: float | None) -> Pricing:
+    def from_flags(
+        cls, prices: str | None, price: str | None, price_per_hour: float | None, epochs: int, price_per_kwh: float | None
+    ) -> Pricing:
         catalogue = load_catalogue(prices)
         if price_per_kwh is not None and price_per_kwh <= 0:
             raise UsageError(f"--price-per-kwh must be positive, got {price_per_kwh:g}")

@@ -52,9 +52,15 @@ def index_folder(root: Path) -> tuple[list[str], dict[str, list[Example]]]:
     unknown = sorted({p.name for p in (root / "val").iterdir() if p.is_dir()} - set(classes))
     if unknown:
         raise UsageError(f"{root}/val: class folder {unknown[0]!r} is not in train/")
-    splits = {split: [Example(str(f), label) for label, name in enumerate(classes)
-                      for f in sorted((root / split / name).glob("*")) if f.suffix in IMAGE_SUFFIXES]
-              for split in SPLITS}
+    splits = {
+        split: [
+            Example(str(f), label)
+            for label, name in enumerate(classes)
+            for f in sorted((root / split / name).glob("*"))
+            if f.suffix in IMAGE_SUFFIXES
+        ]
+        for split in SPLITS
+    }
     for split, examples in splits.items():
         if not examples:
             raise UsageError(f"{root}/{split}: no images (.png or .jpg)")
@@ -68,8 +74,7 @@ def write_digits_folder(root: Path, seed: int = 0) -> None:
     from sklearn.model_selection import train_test_split
 
     pixels, labels = digits_pixels()
-    train, val = train_test_split(np.arange(len(pixels)), test_size=DIGITS_VAL_FRACTION, random_state=seed,
-                                  stratify=labels)
+    train, val = train_test_split(np.arange(len(pixels)), test_size=DIGITS_VAL_FRACTION, random_state=seed, stratify=labels)
     for split, chosen in (("train", train), ("val", val)):
         for i in sorted(chosen):
             folder = root / split / str(labels[i])
@@ -93,8 +98,11 @@ def image_statistics(examples: list[Example], seed: int = 0) -> dict[str, Any]:
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    picked = examples if len(examples) <= STATS_SAMPLE else [
-        examples[i] for i in sorted(rng.choice(len(examples), STATS_SAMPLE, replace=False))]
+    picked = (
+        examples
+        if len(examples) <= STATS_SAMPLE
+        else [examples[i] for i in sorted(rng.choice(len(examples), STATS_SAMPLE, replace=False))]
+    )
     images = [Image.open(example.path) for example in picked]
     # grayscale only when every sampled image is (ImageNet mixes a few grayscale JPEGs into RGB)
     mode = "L" if all(image.mode == "L" for image in images) else "RGB"
@@ -105,9 +113,14 @@ def image_statistics(examples: list[Example], seed: int = 0) -> dict[str, Any]:
     shapes = {a.shape[:2] for a in arrays}
     flat = np.concatenate([a.reshape(-1, channels).astype(np.float64) for a in arrays])
     size = shapes.pop() if len(shapes) == 1 else None
-    return {"height": size[0] if size else None, "width": size[1] if size else None, "channels": channels,
-            "mean": [float(v) for v in flat.mean(axis=0)], "std": [float(v) for v in flat.std(axis=0)],
-            "statistics_images": len(picked)}
+    return {
+        "height": size[0] if size else None,
+        "width": size[1] if size else None,
+        "channels": channels,
+        "mean": [float(v) for v in flat.mean(axis=0)],
+        "std": [float(v) for v in flat.std(axis=0)],
+        "statistics_images": len(picked),
+    }
 
 
 def check_decodable(examples: list[Example]) -> None:
@@ -121,16 +134,16 @@ def check_decodable(examples: list[Example]) -> None:
             with Image.open(example.path) as image:
                 image.load()
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-            raise UsageError(f"{example.path}: not a decodable image ({type(exc).__name__}: {exc}); "
-                             f"remove or replace it") from None
+            raise UsageError(
+                f"{example.path}: not a decodable image ({type(exc).__name__}: {exc}); remove or replace it"
+            ) from None
 
 
 def file_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def convert(source: str, out: Path, writers: Mapping[str, "Writer"], preset: str | None = None,
-            seed: int = 0) -> dict[str, Any]:
+def convert(source: str, out: Path, writers: Mapping[str, "Writer"], preset: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Convert ``source`` ("digits" or an image folder) into every format in ``writers`` under ``out``.
 
     ``writers`` maps a format name to a callable (examples, stem) -> (files, [(sha256, label)...])
@@ -173,10 +186,17 @@ def _convert_into(source: str, out: Path, writers: Mapping[str, Writer], preset:
     # classes: the training split is stored in one seeded random order, the same in every format
     random.Random(seed).shuffle(splits["train"])
     formats: dict[str, dict[str, list[str]]] = {}
-    manifest = {"schema_version": DATASET_SCHEMA_VERSION, "name": name, "source": str(root.resolve()),
-                "preset": preset, "classes": classes, "num_classes": len(classes),
-                "splits": {split: {"count": len(ex)} for split, ex in splits.items()},
-                "image": image_statistics(splits["train"], seed), "formats": formats}
+    manifest = {
+        "schema_version": DATASET_SCHEMA_VERSION,
+        "name": name,
+        "source": str(root.resolve()),
+        "preset": preset,
+        "classes": classes,
+        "num_classes": len(classes),
+        "splits": {split: {"count": len(ex)} for split, ex in splits.items()},
+        "image": image_statistics(splits["train"], seed),
+        "formats": formats,
+    }
     for fmt, write in writers.items():
         (out / fmt).mkdir()
         formats[fmt] = {}

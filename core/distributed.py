@@ -19,8 +19,9 @@ from .registry import BackendRef
 from .workers import WorkerFailure
 
 
-def local_trial(ctx: RunContext, progress: Callable[[str, int, int | None], None] | None,
-                python: str | None = None) -> TrialOutcome:
+def local_trial(
+    ctx: RunContext, progress: Callable[[str, int, int | None], None] | None, python: str | None = None
+) -> TrialOutcome:
     """One trial of a multi-worker plan, every rank on this machine inside a loopback-only network
     namespace where the kernel gives one; keeps the workers' block of the latest trial on ``ctx``."""
     engine, cfg = _engine(ctx.ref), ctx.config
@@ -28,8 +29,9 @@ def local_trial(ctx: RunContext, progress: Callable[[str, int, int | None], None
     try:
         launcher = namespace.launcher() if namespace else []
         with tempfile.TemporaryDirectory(prefix="accelbench-job-") as scratch:
-            outcomes = multiworker.run_trial(ctx.ref, cfg, launch.plan_local(engine, cfg.workers, scratch), progress,
-                                             launcher=launcher, python=python)
+            outcomes = multiworker.run_trial(
+                ctx.ref, cfg, launch.plan_local(engine, cfg.workers, scratch), progress, launcher=launcher, python=python
+            )
     finally:
         if namespace:
             namespace.close()
@@ -48,12 +50,20 @@ def _engine(ref: BackendRef) -> Engine:
 MULTI_HOST_NETWORK = "the host's network (a multi-host job: its engine's ports are open to the other hosts)"
 
 
-def _distributed_block(engine: str, cfg: RunConfig, outcomes: list[TrialOutcome], first_rank: int,
-                       baseline: float | None, network: str) -> Distributed:
+def _distributed_block(
+    engine: str, cfg: RunConfig, outcomes: list[TrialOutcome], first_rank: int, baseline: float | None, network: str
+) -> Distributed:
     """The record's ``distributed`` block; ``records.build`` adds the scaling efficiency."""
     per_worker_batch = cfg.resolved_per_device_batch * cfg.resolved_device_count
-    return Distributed(engine, cfg.workers, per_worker_batch,
-                       multiworker.per_worker(outcomes, per_worker_batch, first_rank), baseline, None, network)
+    return Distributed(
+        engine,
+        cfg.workers,
+        per_worker_batch,
+        multiworker.per_worker(outcomes, per_worker_batch, first_rank),
+        baseline,
+        None,
+        network,
+    )
 
 
 def run_rank(ref: BackendRef, config: RunConfig, launch_plan: LaunchPlan, rank: int) -> Record:
@@ -63,11 +73,17 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan: LaunchPlan, rank: 
     try:
         python, described = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
     except envs.EnvironmentError_ as exc:
-        return build(RunContext(ref, config, environment.collect(ref.backend.describe().requires),
-                                [TrialOutcome("unavailable", f"no worker environment: {exc}")]))
+        return build(
+            RunContext(
+                ref,
+                config,
+                environment.collect(ref.backend.describe().requires),
+                [TrialOutcome("unavailable", f"no worker environment: {exc}")],
+            )
+        )
     outcomes = multiworker.run_trial(ref, config, launch_plan, python=python)
-    ctx = RunContext(ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)],
-                     worker=described)
-    ctx.distributed = _distributed_block(_engine(ref).name, config, outcomes, rank, None,
-                                         MULTI_HOST_NETWORK)
+    ctx = RunContext(
+        ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)], worker=described
+    )
+    ctx.distributed = _distributed_block(_engine(ref).name, config, outcomes, rank, None, MULTI_HOST_NETWORK)
     return build(ctx)

@@ -12,8 +12,7 @@ from . import hookspecs, validation
 
 def hooks() -> list[str]:
     """The names of every hook accelbench calls, in the order ``hookspecs`` declares them."""
-    return [name for name, function in vars(hookspecs).items()
-            if callable(function) and hasattr(function, "accelbench_spec")]
+    return [name for name, function in vars(hookspecs).items() if callable(function) and hasattr(function, "accelbench_spec")]
 
 
 def hooks_table() -> str:
@@ -30,11 +29,16 @@ def schema_table(name: str) -> str:
     schema's own description of each."""
     schema = validation.load(name)
     required = set(schema.get("required", ()))
-    rows = [f"`{schema['$id']}`: {schema.get('description', schema.get('title', ''))}", "",
-            "| field | type | required | description |", "|---|---|---|---|"]
+    rows = [
+        f"`{schema['$id']}`: {schema.get('description', schema.get('title', ''))}",
+        "",
+        "| field | type | required | description |",
+        "|---|---|---|---|",
+    ]
     for field, spec in schema["properties"].items():
-        rows.append(f"| `{field}` | {_type_of(spec)} | {'yes' if field in required else ''} | "
-                    f"{_one_line(spec.get('description', ''))} |")
+        rows.append(
+            f"| `{field}` | {_type_of(spec)} | {'yes' if field in required else ''} | {_one_line(spec.get('description', ''))} |"
+        )
     return "\n".join(rows) + "\n"
 
 

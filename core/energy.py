@@ -127,8 +127,9 @@ def _rapl_counters() -> tuple[list[_Counter], str]:
             continue
         counters.append(_Counter(f"RAPL {zone.name} {name}", functools.partial(_read_uj, energy), _range_j(zone)))
     if unreadable:
-        return counters, (f"RAPL zones {', '.join(unreadable)} not readable (energy_uj is readable by root only "
-                          f"since Linux 5.10)")
+        return counters, (
+            f"RAPL zones {', '.join(unreadable)} not readable (energy_uj is readable by root only since Linux 5.10)"
+        )
     if not counters:
         return [], f"no RAPL package zone under {root}"
     return counters, ""
@@ -171,6 +172,7 @@ def _nvml_counters() -> tuple[list[_Counter], str]:
 
 def _nvml_joules(pynvml: Any, handle: Any) -> Callable[[], float]:
     """A reader of one GPU's total energy counter, in joules (NVML counts millijoules)."""
+
     def read() -> float:
         return float(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1e3
 

@@ -26,19 +26,22 @@ CORE_PACKAGES = ("accelbench", "numpy", "pluggy", "jsonschema", "pytest-benchmar
 def collect(modules: Iterable[str] = ()) -> Environment:
     """The ``environment`` block of a record; ``modules``: what the backends that run require
     (``BackendInfo.requires``), whose distributions are listed with their versions."""
-    return from_json(Environment, {
-        "hostname": socket.gethostname(),
-        "cpu_model": cpu_model(),
-        "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(MATH_FLAG_PREFIXES)),
-        "cpu_cores": os.cpu_count() or 1,
-        "memory_bytes": _memory_bytes(),
-        **_when_known("memory_returned_to_host", memory_returned_to_host()),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "packages": package_versions(modules),
-        "accelerators": gpus() + tpus(),
-        "lock": lock(),
-    })
+    return from_json(
+        Environment,
+        {
+            "hostname": socket.gethostname(),
+            "cpu_model": cpu_model(),
+            "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(MATH_FLAG_PREFIXES)),
+            "cpu_cores": os.cpu_count() or 1,
+            "memory_bytes": _memory_bytes(),
+            **_when_known("memory_returned_to_host", memory_returned_to_host()),
+            "os": platform.platform(),
+            "python": platform.python_version(),
+            "packages": package_versions(modules),
+            "accelerators": gpus() + tpus(),
+            "lock": lock(),
+        },
+    )
 
 
 @cache
@@ -48,8 +51,13 @@ def lock() -> dict[str, Any]:
     import hashlib
     import re
 
-    pins = sorted({f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
-                   for d in metadata.distributions() if d.metadata["Name"]})
+    pins = sorted(
+        {
+            f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
+            for d in metadata.distributions()
+            if d.metadata["Name"]
+        }
+    )
     python = platform.python_version()
     digest = hashlib.sha256("\n".join([f"python {python}", *pins]).encode()).hexdigest()
     return {"python": python, "distributions": pins, "sha256": digest}
@@ -123,7 +131,11 @@ def gpus() -> list[dict[str, str]]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True).stdout
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
@@ -133,8 +145,9 @@ def gpus() -> list[dict[str, str]]:
 @cache
 def tpus() -> list[dict[str, str]]:
     """TPU chips visible through their device files (TPU VMs); [] elsewhere."""
-    chips = sorted(glob.glob("/dev/accel*")) or (sorted(glob.glob("/dev/vfio/[0-9]*"))
-                                                  if os.environ.get("TPU_ACCELERATOR_TYPE") else [])
+    chips = sorted(glob.glob("/dev/accel*")) or (
+        sorted(glob.glob("/dev/vfio/[0-9]*")) if os.environ.get("TPU_ACCELERATOR_TYPE") else []
+    )
     kind = os.environ.get("TPU_ACCELERATOR_TYPE", "tpu")
     return [{"kind": "tpu", "name": kind, "driver": "", "memory": "", "path": p} for p in chips]
 
@@ -176,8 +189,11 @@ def memory_returned_to_host(virtio_devices: str = "/sys/bus/virtio/devices") -> 
                 features = fh.read().strip()  # one '0'/'1' per feature bit, bit 0 first
         except (OSError, ValueError):
             continue
-        if (device_id == VIRTIO_BALLOON_DEVICE_ID and len(features) > BALLOON_FREE_PAGE_REPORTING_BIT
-                and features[BALLOON_FREE_PAGE_REPORTING_BIT] == "1"):
+        if (
+            device_id == VIRTIO_BALLOON_DEVICE_ID
+            and len(features) > BALLOON_FREE_PAGE_REPORTING_BIT
+            and features[BALLOON_FREE_PAGE_REPORTING_BIT] == "1"
+        ):
             return True
     return False
 

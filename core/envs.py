@@ -55,9 +55,13 @@ class EnvSpec:
 
     def key(self) -> str:
         # accelbench's source too: an environment holds accelbench editable from one source tree
-        content = {"requirements": sorted(self.requirements), "worker": WORKER_PACKAGES,
-                   "python": sys.version.split()[0], "accelbench": _accelbench_version(),
-                   "source": _accelbench_source()}
+        content = {
+            "requirements": sorted(self.requirements),
+            "worker": WORKER_PACKAGES,
+            "python": sys.version.split()[0],
+            "accelbench": _accelbench_version(),
+            "source": _accelbench_source(),
+        }
         if self.plugin:  # only then: the built-ins' environments keep their keys
             content.update(plugin=list(self.plugin), plugin_version=self.plugin_version)
         text = json.dumps(content, sort_keys=True)
@@ -134,8 +138,16 @@ def create(env: Environment, say: Callable[[str], None] = print) -> float:
         raise
     installed = _installed_versions(staging / "bin" / "python", env.spec.requirements)
     say(f"  installed: {', '.join(f'{name} {version}' for name, version in installed.items()) or '-'}")
-    (staging / MANIFEST).write_text(json.dumps({"spec": asdict(env.spec), "key": env.spec.key(), "installed": installed,
-                                                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+    (staging / MANIFEST).write_text(
+        json.dumps(
+            {
+                "spec": asdict(env.spec),
+                "key": env.spec.key(),
+                "installed": installed,
+                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        )
+    )
     shutil.rmtree(env.path, ignore_errors=True)
     staging.rename(env.path)
     _fix_venv_paths(env.path, staging)
@@ -147,10 +159,11 @@ def ensure(env: Environment, allow_create: bool, say: Callable[[str], None] = pr
     if env.exists():
         return env
     if not allow_create:
-        raise EnvironmentError_(f"environment {env.path} does not exist (--no-create-env; "
-                                f"make it with accelbench env create)")
-    say(f"making a worker environment for {', '.join(env.spec.requirements) or 'accelbench only'} "
-        f"in {env.path} (first use; cached)")
+        raise EnvironmentError_(f"environment {env.path} does not exist (--no-create-env; make it with accelbench env create)")
+    say(
+        f"making a worker environment for {', '.join(env.spec.requirements) or 'accelbench only'} "
+        f"in {env.path} (first use; cached)"
+    )
     seconds = create(env, say)
     say(f"environment ready in {seconds:.0f} s")
     return env
@@ -167,10 +180,18 @@ def listing() -> list[dict[str, Any]]:
             continue
         data = json.loads(manifest.read_text())
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
-        found.append({"path": str(path), "key": data["key"], "requirements": data["spec"]["requirements"],
-                      "plugin": data["spec"].get("plugin_version", ""), "installed": data.get("installed", {}),
-                      "created_utc": data["created_utc"], "python": _python_version(path / "bin" / "python"),
-                      "size_mb": round(size / 2**20)})
+        found.append(
+            {
+                "path": str(path),
+                "key": data["key"],
+                "requirements": data["spec"]["requirements"],
+                "plugin": data["spec"].get("plugin_version", ""),
+                "installed": data.get("installed", {}),
+                "created_utc": data["created_utc"],
+                "python": _python_version(path / "bin" / "python"),
+                "size_mb": round(size / 2**20),
+            }
+        )
     return found
 
 
@@ -191,15 +212,17 @@ def remove(keys: tuple[str, ...] = ()) -> list[str]:
 
 def _make_venv(path: Path) -> None:
     uv = shutil.which("uv")
-    command = ([uv, "venv", "--quiet", "--python", sys.executable, str(path)] if uv
-               else [sys.executable, "-m", "venv", str(path)])
+    command = [uv, "venv", "--quiet", "--python", sys.executable, str(path)] if uv else [sys.executable, "-m", "venv", str(path)]
     _run(command, "creating the environment")
 
 
 def _install(python: Path, requirements: list[str], what: str, no_deps: bool = False) -> None:
     uv = shutil.which("uv")
-    base = ([uv, "pip", "install", "--quiet", "--python", str(python)] if uv
-            else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+    base = (
+        [uv, "pip", "install", "--quiet", "--python", str(python)]
+        if uv
+        else [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    )
     _run([*base, *(["--no-deps"] if no_deps else []), *requirements], what)
 
 
@@ -271,9 +294,11 @@ def _requirement_name(requirement: str) -> str:
 def _installed_versions(python: Path, requirements: tuple[str, ...]) -> dict[str, str]:
     """The versions the environment holds of its requirements' distributions (read there)."""
     names = [_requirement_name(r) for r in requirements]
-    script = ("import json, sys\nfrom importlib import metadata\nfound = {}\n"
-              "for name in sys.argv[1:]:\n    try: found[name] = metadata.version(name)\n"
-              "    except metadata.PackageNotFoundError: pass\nprint(json.dumps(found))")
+    script = (
+        "import json, sys\nfrom importlib import metadata\nfound = {}\n"
+        "for name in sys.argv[1:]:\n    try: found[name] = metadata.version(name)\n"
+        "    except metadata.PackageNotFoundError: pass\nprint(json.dumps(found))"
+    )
     try:
         done = subprocess.run([str(python), "-c", script, *names], capture_output=True, text=True, timeout=60)
         versions: dict[str, str] = json.loads(done.stdout or "{}")
@@ -284,8 +309,9 @@ def _installed_versions(python: Path, requirements: tuple[str, ...]) -> dict[str
 
 def _python_version(python: Path) -> str:
     try:
-        return subprocess.run([str(python), "-c", "import sys; print(sys.version.split()[0])"],
-                              capture_output=True, text=True, timeout=30).stdout.strip()
+        return subprocess.run(
+            [str(python), "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -319,16 +345,19 @@ class WorkerSetup:
 HOST = WorkerSetup()
 
 
-def setups_for(ref: "BackendRef", pythons: dict[str, str] | None = None,
-               matrix: list[tuple[str, ...]] | None = None) -> list[WorkerSetup]:
+def setups_for(
+    ref: "BackendRef", pythons: dict[str, str] | None = None, matrix: list[tuple[str, ...]] | None = None
+) -> list[WorkerSetup]:
     """The worker setups of a registered backend (its declared environment, its plugin's
     distribution)."""
-    return setups(ref.backend.describe().environment, ref.plugin.name, pythons or {}, matrix or [],
-                  distribution=ref.plugin.distribution)
+    return setups(
+        ref.backend.describe().environment, ref.plugin.name, pythons or {}, matrix or [], distribution=ref.plugin.distribution
+    )
 
 
-def setups(info_environment: tuple[str, ...], plugin: str, pythons: dict[str, str],
-           matrix: list[tuple[str, ...]], distribution: str = "") -> list[WorkerSetup]:
+def setups(
+    info_environment: tuple[str, ...], plugin: str, pythons: dict[str, str], matrix: list[tuple[str, ...]], distribution: str = ""
+) -> list[WorkerSetup]:
     """The worker setups a backend runs under: ``--python`` for its plugin wins; else one per
     ``--env`` entry (its requirements over the backend's own); else the host's Python when the
     host already has what the backend's environment would hold (``pip install accelbench[all]``),
@@ -372,8 +401,9 @@ def host_satisfies(requirements: tuple[str, ...]) -> bool:
     return True
 
 
-def interpreter(setup: WorkerSetup, allow_create: bool,
-                say: Callable[[str], None] = print) -> tuple[str | None, WorkerEnvironment]:
+def interpreter(
+    setup: WorkerSetup, allow_create: bool, say: Callable[[str], None] = print
+) -> tuple[str | None, WorkerEnvironment]:
     """The Python to start workers with (None: the host's) and the record's description of it;
     EnvironmentError_ when its environment cannot be made."""
     if setup.python:  # one the user made
@@ -384,6 +414,6 @@ def interpreter(setup: WorkerSetup, allow_create: bool,
     if spec is None:
         return None, WorkerEnvironment("host", sys.executable)
     env = ensure(for_spec(spec), allow_create, say)
-    return str(env.python), WorkerEnvironment("environment", str(env.python), key=spec.key(),
-                                              requirements=list(spec.requirements),
-                                              plugin=spec.plugin_version or None)
+    return str(env.python), WorkerEnvironment(
+        "environment", str(env.python), key=spec.key(), requirements=list(spec.requirements), plugin=spec.plugin_version or None
+    )

@@ -92,9 +92,16 @@ def markdown(files: list[EvidenceFile], root: str | Path | None = None) -> str:
 
 def _file_section(evidence: EvidenceFile, root: str | Path | None) -> list[str]:
     name = evidence.path.relative_to(root).as_posix() if root else evidence.path.as_posix()
-    lines = [f"### {evidence.path.stem}", "",
-             f"`{name}`, written {evidence.created_utc} on {evidence.machine}.", "",
-             "```", " ".join(evidence.command), "```", ""]
+    lines = [
+        f"### {evidence.path.stem}",
+        "",
+        f"`{name}`, written {evidence.created_utc} on {evidence.machine}.",
+        "",
+        "```",
+        " ".join(evidence.command),
+        "```",
+        "",
+    ]
     lines += _runs_table(evidence.records)
     comparison = comparing.comparisons(comparing.runs_of(evidence.records), TOLERANCE)
     if comparison:
@@ -103,15 +110,17 @@ def _file_section(evidence: EvidenceFile, root: str | Path | None) -> list[str]:
 
 
 def _runs_table(records: list[Record]) -> list[str]:
-    rows = ["| backend | status | precision | batch | images/sec | interval | schedule |",
-            "|---|---|---|--:|--:|--:|---|"]
+    rows = ["| backend | status | precision | batch | images/sec | interval | schedule |", "|---|---|---|--:|--:|--:|---|"]
     for r in records:
         tp = r.throughput
-        rows.append(f"| {_cell(backend_label(r))} | {r.status} | {r.precision} | {r.batch.global_} | "
-                    f"{tp.images_per_sec:.2f} | {tp.ci95[0]:.2f}–{tp.ci95[1]:.2f} ({tp.ci_method}) | "
-                    f"{_schedule(r)} |" if tp else
-                    f"| {_cell(backend_label(r))} | {r.status}: {_cell(r.reason or '')} | {r.precision} | "
-                    f"{r.batch.global_} | - | - | {_schedule(r)} |")
+        rows.append(
+            f"| {_cell(backend_label(r))} | {r.status} | {r.precision} | {r.batch.global_} | "
+            f"{tp.images_per_sec:.2f} | {tp.ci95[0]:.2f}–{tp.ci95[1]:.2f} ({tp.ci_method}) | "
+            f"{_schedule(r)} |"
+            if tp
+            else f"| {_cell(backend_label(r))} | {r.status}: {_cell(r.reason or '')} | {r.precision} | "
+            f"{r.batch.global_} | - | - | {_schedule(r)} |"
+        )
     return rows + [""]
 
 
@@ -127,8 +136,10 @@ def _schedule(record: Record) -> str:
 def _comparison_table(results: list[comparing.Comparison]) -> list[str]:
     rows = ["| A / B | ratio | interval | verdict (±3%) | samples | note |", "|---|--:|--:|---|---|---|"]
     for c in results:
-        rows.append(f"| {_cell(c.a)} / {_cell(c.b)} | {c.ratio:.3f} | {c.ci95[0]:.3f}–{c.ci95[1]:.3f} "
-                    f"({c.confidence:.2%}) | {c.verdict or '-'} | {_cell(c.samples)} | {_cell(c.note)} |")
+        rows.append(
+            f"| {_cell(c.a)} / {_cell(c.b)} | {c.ratio:.3f} | {c.ci95[0]:.3f}–{c.ci95[1]:.3f} "
+            f"({c.confidence:.2%}) | {c.verdict or '-'} | {_cell(c.samples)} | {_cell(c.note)} |"
+        )
     return rows + [""]
 
 

@@ -39,8 +39,12 @@ class Startup:
         what the backend said its compilation took."""
         if marks is None:
             return None
-        return cls(marks.first_step_ended - spawned, marks.first_step_ended - marks.first_step_started,
-                   marks.warmup_ended - marks.warmup_started, compile_s)
+        return cls(
+            marks.first_step_ended - spawned,
+            marks.first_step_ended - marks.first_step_started,
+            marks.warmup_ended - marks.warmup_started,
+            compile_s,
+        )
 
 
 class Trial(Protocol):
@@ -93,28 +97,37 @@ def startup_of(outcomes: Sequence[Trial]) -> StartupSummary:
     found = [o.startup for o in outcomes if o.status == "ok" and o.startup is not None]
     if not found:
         return StartupSummary(None, None, None, 0, reason=_noted(outcomes, "startup", "no trial's start-up was timed"))
+
     def middle(name: str) -> float:
         return float(statistics.median(getattr(s, name) for s in found))
 
     compiled = [s.compile_s for s in found if s.compile_s is not None]
-    return StartupSummary(middle("worker_to_first_step_s"), middle("first_step_s"), middle("warmup_s"), len(found),
-                          compile_s=statistics.median(compiled) if len(compiled) == len(found) else None)
+    return StartupSummary(
+        middle("worker_to_first_step_s"),
+        middle("first_step_s"),
+        middle("warmup_s"),
+        len(found),
+        compile_s=statistics.median(compiled) if len(compiled) == len(found) else None,
+    )
 
 
 def memory_of(outcomes: Sequence[Trial]) -> Memory:
     ok = [o for o in outcomes if o.status == "ok" and o.timing is not None]
-    hosts = [o.timing.usage.peak_resident_bytes for o in ok
-             if o.timing and o.timing.usage and o.timing.usage.peak_resident_bytes]
+    hosts = [o.timing.usage.peak_resident_bytes for o in ok if o.timing and o.timing.usage and o.timing.usage.peak_resident_bytes]
     host = max(hosts) if hosts and len(hosts) == len(ok) else None
-    host_source = (_noted(outcomes, "host_source", HOST_SOURCE) if host is not None
-                   else _noted(outcomes, "host_memory", "not read: this platform gives no peak resident set"))
+    host_source = (
+        _noted(outcomes, "host_source", HOST_SOURCE)
+        if host is not None
+        else _noted(outcomes, "host_memory", "not read: this platform gives no peak resident set")
+    )
     devices = [o.device_memory for o in ok if o.device_memory is not None]
     figures = [(d.peak_bytes, d.source) for d in devices if d.peak_bytes is not None]
     if figures and len(figures) == len(ok):
         peak, source = max(figures)
         return Memory(host, host_source, peak, source)
     reason = next((d.reason for d in devices if d.peak_bytes is None and d.reason), "") or _noted(
-        outcomes, "device_memory", "the framework's device memory was not read")
+        outcomes, "device_memory", "the framework's device memory was not read"
+    )
     return Memory(host, host_source, None, None, reason)
 
 

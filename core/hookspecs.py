@@ -27,4 +27,3 @@ def register_backends(register: Callable[["Backend"], None]) -> None:
     variant). Must not import the plugin's framework: a backend describes itself without it, and
     travels to its worker process pickled. The return value is ignored.
     """
-

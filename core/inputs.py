@@ -124,8 +124,9 @@ def check_output(path: Path, force: bool) -> None:
     _check_folder(path.parent)
     if not path.exists() or force:
         return
-    refusal = UsageError(f"-o {path}: exists and is not an accelbench results file; it is never overwritten "
-                         f"(choose another path)")
+    refusal = UsageError(
+        f"-o {path}: exists and is not an accelbench results file; it is never overwritten (choose another path)"
+    )
     try:
         document = parse_json(read_text(path, "-o"), f"-o {path}")
     except UsageError:

@@ -137,9 +137,14 @@ def plan_host(engine: Engine, first: ClusterRank) -> LaunchPlan:
     plan of the job's rank 0, on the host that runs it."""
     last = first.rank + first.local_workers - 1
     if last >= first.workers:
-        raise UsageError(f"--rank {first.rank} with --local-workers {first.local_workers} runs ranks up to {last}, "
-                         f"beyond the job's {first.workers} workers")
-    plans = [plan_rank(engine, replace(first, rank=first.rank + i, local_rank=i))
-             for i in range(first.local_workers)]
-    return LaunchPlan(plans[0].engine, first.workers, [env for plan in plans for env in plan.worker_envs],
-                      [service for plan in plans for service in plan.services])
+        raise UsageError(
+            f"--rank {first.rank} with --local-workers {first.local_workers} runs ranks up to {last}, "
+            f"beyond the job's {first.workers} workers"
+        )
+    plans = [plan_rank(engine, replace(first, rank=first.rank + i, local_rank=i)) for i in range(first.local_workers)]
+    return LaunchPlan(
+        plans[0].engine,
+        first.workers,
+        [env for plan in plans for env in plan.worker_envs],
+        [service for plan in plans for service in plan.services],
+    )

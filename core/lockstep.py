@@ -128,8 +128,14 @@ class Side:
         timing = self._call("step", calls)
         load = busy.between(before, busy.snapshot())
         self.park()
-        block = Block(round_index, timing.timed_steps, timing.wall_time_s, started,
-                      load.foreign_share if load else None, load.steal_share if load else None)
+        block = Block(
+            round_index,
+            timing.timed_steps,
+            timing.wall_time_s,
+            started,
+            load.foreign_share if load else None,
+            load.steal_share if load else None,
+        )
         self.blocks.append(block)
         self.timings.append(timing)
         return block
@@ -147,7 +153,8 @@ class Side:
             raise RuntimeError(f"lockstep side {self.ctx.ref.id}: {command} before the side was opened")
         self.worker.deadline = time.monotonic() + self.worker.timeout_s
         progress = lambda phase, done, total: self.observer.progress(  # noqa: E731
-            self.ctx.ref.id, self.trial, phase, done, total)
+            self.ctx.ref.id, self.trial, phase, done, total
+        )
         return self.worker.call(command, *args, on_progress=progress)
 
     def _prepared(self) -> Prepared:
@@ -169,13 +176,27 @@ class Side:
         """This side's trial: the counted blocks' steps as one timing, every block listed."""
         counted = [t for b, t in zip(self.blocks, self.timings) if b.counted]
         timing = Timing(
-            step_times=[s for t in counted for s in t.step_times], wall_time_s=sum(t.wall_time_s for t in counted),
-            timed_calls=sum(t.timed_calls for t in counted), steps_per_call=self._prepared().steps_per_call,
-            losses=[loss for t in counted for loss in t.losses], warmup_calls=self.warmup_calls,
-            warmup_rule=self.warmup_rule, timed_rule=f"lockstep: {len(counted)} blocks",
-            usage=ProcessUsage.summed([t.usage for t in counted]), energy=EnergyUse.summed([t.energy for t in counted]))
-        return TrialOutcome("ok", "", timing, self.prepared, blocks=list(self.blocks), started_utc=self.started_utc,
-                            device_memory=self.device_memory, startup=self.startup)
+            step_times=[s for t in counted for s in t.step_times],
+            wall_time_s=sum(t.wall_time_s for t in counted),
+            timed_calls=sum(t.timed_calls for t in counted),
+            steps_per_call=self._prepared().steps_per_call,
+            losses=[loss for t in counted for loss in t.losses],
+            warmup_calls=self.warmup_calls,
+            warmup_rule=self.warmup_rule,
+            timed_rule=f"lockstep: {len(counted)} blocks",
+            usage=ProcessUsage.summed([t.usage for t in counted]),
+            energy=EnergyUse.summed([t.energy for t in counted]),
+        )
+        return TrialOutcome(
+            "ok",
+            "",
+            timing,
+            self.prepared,
+            blocks=list(self.blocks),
+            started_utc=self.started_utc,
+            device_memory=self.device_memory,
+            startup=self.startup,
+        )
 
     def close(self) -> None:
         if self.worker is not None:
@@ -255,8 +276,7 @@ class LockstepRun(ScheduledRun):
         left = budget - (time.monotonic() - self.started) - median(self.open_s)
         fit = math.floor(left / median(self.round_s)) if left > 0 else 0
         if fit < stats.MIN_BLOCKS:
-            self.stop_reason = (f"time budget of {budget:g} s: too little left for another pair "
-                                f"before the answer was decided")
+            self.stop_reason = f"time budget of {budget:g} s: too little left for another pair before the answer was decided"
             return False
         self.blocks = min(self.blocks, fit)
         return True
@@ -275,8 +295,7 @@ class LockstepRun(ScheduledRun):
         if len(sides) < 2 or any(side.index in self._failed_now for side in sides):
             return
         first, second = sorted(sides, key=lambda side: side.index)[:2]
-        rates = [{b.round: b.steps / b.seconds for b in side.blocks if b.counted and b.seconds}
-                 for side in (first, second)]
+        rates = [{b.round: b.steps / b.seconds for b in side.blocks if b.counted and b.seconds} for side in (first, second)]
         self.round_logs.append([math.log(rates[0][r] / rates[1][r]) for r in sorted(rates[0]) if r in rates[1]])
         self.open_s.append(open_s)
         self.round_s.append(blocks_s / self.blocks)
@@ -294,8 +313,9 @@ class LockstepRun(ScheduledRun):
         try:
             python = self._python(index, observer)
         except envs.EnvironmentError_ as exc:
-            self._fail(index, TrialOutcome("unavailable", f"no worker environment: {exc}",
-                                           started_utc=side.started_utc), observer)
+            self._fail(
+                index, TrialOutcome("unavailable", f"no worker environment: {exc}", started_utc=side.started_utc), observer
+            )
             return None
         try:
             side.open(python)
@@ -331,8 +351,10 @@ class LockstepRun(ScheduledRun):
             block = side.block(calls, round_index, self.clock0)
             if not busy.is_busy(block.foreign_share):
                 return redos
-            observer.note(f"warning: the machine was busy during a block of {side.ctx.ref.id}: "
-                          f"{block.foreign_share:.0%} of the CPU time went to other processes")
+            observer.note(
+                f"warning: the machine was busy during a block of {side.ctx.ref.id}: "
+                f"{block.foreign_share:.0%} of the CPU time went to other processes"
+            )
             if self.schedule.when_busy != "wait" or redos >= MAX_REDOS_PER_PAIR:
                 return redos
             block.counted, redos = False, redos + 1
@@ -345,21 +367,31 @@ class LockstepRun(ScheduledRun):
         load, told = busy.watch(busy.QUIET_CHECK_S * 0.2), 0.0
         while load is not None and load.busy:
             if time.monotonic() - told >= QUIET_POLL_S:
-                observer.note(f"warning: the machine is busy ({busy.describe(load)}): waiting for it to "
-                              f"quieten (--when-busy go to run anyway)")
+                observer.note(
+                    f"warning: the machine is busy ({busy.describe(load)}): waiting for it to "
+                    f"quieten (--when-busy go to run anyway)"
+                )
                 told = time.monotonic()
             budget = self.schedule.time_budget_s
             if budget is not None and time.monotonic() - self.started >= budget:
-                self.stop_reason = (f"time budget of {budget:g} s spent waiting for a quiet machine "
-                                    f"({busy.describe(load)})")
+                self.stop_reason = f"time budget of {budget:g} s spent waiting for a quiet machine ({busy.describe(load)})"
                 raise OutOfTime
             load = busy.watch(busy.QUIET_CHECK_S)
 
     def _side_failed(self, side: Side, failure: WorkerFailure, observer: RunObserver) -> None:
         failure = side.worker.keep_log(failure) if side.worker else failure
-        self._fail(side.index, TrialOutcome(failure.status, failure.reason, None, side.prepared,
-                                            blocks=list(side.blocks) or None, started_utc=side.started_utc),
-                   observer)
+        self._fail(
+            side.index,
+            TrialOutcome(
+                failure.status,
+                failure.reason,
+                None,
+                side.prepared,
+                blocks=list(side.blocks) or None,
+                started_utc=side.started_utc,
+            ),
+            observer,
+        )
 
     def _fail(self, index: int, outcome: TrialOutcome, observer: RunObserver) -> None:
         self._failed_now.add(index)
@@ -373,21 +405,29 @@ class LockstepRun(ScheduledRun):
     def schedule_block(self, index: int) -> ScheduleBlock:
         block = super().schedule_block(index)
         block.lockstep = LockstepSettings(
-            self.blocks, self.schedule.block_s, self.schedule.when_busy, busy.BUSY_SHARE,
-            self.allocation.describe() if self.allocation is not None else None)
+            self.blocks,
+            self.schedule.block_s,
+            self.schedule.when_busy,
+            busy.BUSY_SHARE,
+            self.allocation.describe() if self.allocation is not None else None,
+        )
         return block
 
 
-def execute(plans: list[Plan], on_records: Callable[[list[Record]], None], observer: RunObserver | None = None,
-            schedule: Schedule | None = None, create_envs: bool = True) -> list[Record]:
+def execute(
+    plans: list[Plan],
+    on_records: Callable[[list[Record]], None],
+    observer: RunObserver | None = None,
+    schedule: Schedule | None = None,
+    create_envs: bool = True,
+) -> list[Record]:
     """Run the plans in lockstep pairs (``schedule.kind == "lockstep"``); return one record per plan.
 
     After every pair, ``on_records`` gets the records so far: a finished pair is never lost, even
     if the run is stopped in the middle of the next."""
     observer = observer or RunObserver()
     if any(p.config.workers > 1 for p in plans):
-        raise UsageError("--schedule lockstep compares single-worker runs: give --schedule interleaved "
-                         "with --workers > 1")
+        raise UsageError("--schedule lockstep compares single-worker runs: give --schedule interleaved with --workers > 1")
     schedule = schedule or Schedule(kind="lockstep", rounds=max((p.config.trials for p in plans), default=1))
     run = LockstepRun(plans, schedule, create_envs)
 

@@ -26,10 +26,15 @@ from .workers import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
 SERVICE_EXIT_GRACE_S = 20
 
 
-def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
-              on_progress: Callable[[str, int, int], None] | None = None,
-              on_started: Callable[[list[Worker]], None] | None = None,
-              launcher: list[str] | None = None, python: str | None = None) -> list[TrialOutcome]:
+def run_trial(
+    ref: BackendRef,
+    config: RunConfig,
+    launch: LaunchPlan,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_started: Callable[[list[Worker]], None] | None = None,
+    launcher: list[str] | None = None,
+    python: str | None = None,
+) -> list[TrialOutcome]:
     """One trial across ``launch.workers`` processes; one outcome per rank (all failed if one did).
     ``launcher`` prefixes every process's command (a private network namespace: ``accelbench.netns``)."""
     services: list[Worker] = []
@@ -50,8 +55,10 @@ def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
         timings = _all(workers, services, "run", on_progress=on_progress)
         memories = _all(workers, services, "device_memory")
         finals = _all(workers, services, "teardown")
-        return [TrialOutcome("ok", "", t, p, f, device_memory=m, startup=Startup.of(w.spawned, t.startup, p.compile_s))
-                for t, p, f, m, w in zip(timings, prepared, finals, memories, workers)]
+        return [
+            TrialOutcome("ok", "", t, p, f, device_memory=m, startup=Startup.of(w.spawned, t.startup, p.compile_s))
+            for t, p, f, m, w in zip(timings, prepared, finals, memories, workers)
+        ]
     except WorkerFailure as failure:
         return [TrialOutcome(failure.status, failure.reason) for _ in launch.worker_envs]
     finally:
@@ -62,8 +69,13 @@ def run_trial(ref: BackendRef, config: RunConfig, launch: LaunchPlan,
         _finish_services(services)
 
 
-def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any,
-         on_progress: Callable[[str, int, int], None] | None = None) -> list[Any]:
+def _all(
+    workers: list[Worker],
+    services: list[Worker],
+    command: str,
+    *args: Any,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> list[Any]:
     for process in workers:
         process.send(command, *args)
     answers: dict[int, Any] = {}
@@ -83,8 +95,11 @@ def _all(workers: list[Worker], services: list[Worker], command: str, *args: Any
         if not ready:
             late = [rank for rank in range(len(workers)) if rank not in answers]
             logs = ", ".join(workers[rank].name_log() for rank in late)
-            raise WorkerFailure("timeout", f"no result from worker rank(s) {', '.join(map(str, late))} within the "
-                                           f"{workers[0].timeout_s:g} s timeout (during {command}) [logs: {logs}]")
+            raise WorkerFailure(
+                "timeout",
+                f"no result from worker rank(s) {', '.join(map(str, late))} within the "
+                f"{workers[0].timeout_s:g} s timeout (during {command}) [logs: {logs}]",
+            )
         for conn in ready:
             who, process = by_conn[conn]
             _take(process, who, answers, on_progress if who == 0 else None)
@@ -98,8 +113,9 @@ def _check_memory(process: Worker, rank: int) -> None:
         raise WorkerFailure(failure.status, f"worker rank {rank}: {failure.reason} [log: {process.name_log()}]") from None
 
 
-def _take(process: Worker, rank: int | None, answers: dict[int, Any],
-          on_progress: Callable[[str, int, int], None] | None) -> None:
+def _take(
+    process: Worker, rank: int | None, answers: dict[int, Any], on_progress: Callable[[str, int, int], None] | None
+) -> None:
     who = f"worker rank {rank}" if rank is not None else f"{process.label} process"
     try:
         done, answer = process.take(process.receive_now(), on_progress)
@@ -128,19 +144,33 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
     timings = [o.timing for o in outcomes if o.status == "ok" and o.timing is not None]
     if len(timings) != len(outcomes):
         worst = next((o for o in outcomes if o.status != "ok"), outcomes[0])
-        return TrialOutcome(worst.status if worst.status != "ok" else "failed", worst.reason or "a worker timed nothing",
-                            None, outcomes[0].prepared)
+        return TrialOutcome(
+            worst.status if worst.status != "ok" else "failed",
+            worst.reason or "a worker timed nothing",
+            None,
+            outcomes[0].prepared,
+        )
     slowest = max(timings, key=lambda t: t.wall_time_s)
-    timing = dataclasses.replace(slowest, losses=timings[0].losses, energy=None,
-                                 usage=_summed_peaks(slowest.usage, [t.usage for t in timings]))
+    timing = dataclasses.replace(
+        slowest, losses=timings[0].losses, energy=None, usage=_summed_peaks(slowest.usage, [t.usage for t in timings])
+    )
     memories = [o.device_memory for o in outcomes if o.device_memory is not None]
     device_memory = max(memories, key=lambda m: m.peak_bytes or -1) if memories else None
     startups = [o.startup for o in outcomes if o.startup is not None]
-    notes = {"host_source": f"the sum of the {len(outcomes)} workers' peak resident sets (getrusage ru_maxrss each)",
-             "energy": "multi-worker runs: every worker reads the whole machine's counters; they are not added up"}
-    return TrialOutcome("ok", "", timing, outcomes[0].prepared, outcomes[0].final, device_memory=device_memory,
-                        startup=max(startups, key=lambda s: s.worker_to_first_step_s) if startups else None,
-                        footprint_notes=notes)
+    notes = {
+        "host_source": f"the sum of the {len(outcomes)} workers' peak resident sets (getrusage ru_maxrss each)",
+        "energy": "multi-worker runs: every worker reads the whole machine's counters; they are not added up",
+    }
+    return TrialOutcome(
+        "ok",
+        "",
+        timing,
+        outcomes[0].prepared,
+        outcomes[0].final,
+        device_memory=device_memory,
+        startup=max(startups, key=lambda s: s.worker_to_first_step_s) if startups else None,
+        footprint_notes=notes,
+    )
 
 
 def _summed_peaks(usage: ProcessUsage | None, ranks: list[ProcessUsage | None]) -> ProcessUsage | None:
@@ -156,6 +186,17 @@ def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: 
     for local_rank, outcome in enumerate(outcomes):
         rank = first_rank + local_rank
         row = TrialRow.of(rank, outcome, per_worker_batch)
-        rows.append(WorkerRow(rank, row.status, row.images, row.wall_time_s, row.images_per_sec, row.step_times_s,
-                              outcome.final or {}, host=socket.gethostname(), local_rank=local_rank))
+        rows.append(
+            WorkerRow(
+                rank,
+                row.status,
+                row.images,
+                row.wall_time_s,
+                row.images_per_sec,
+                row.step_times_s,
+                outcome.final or {},
+                host=socket.gethostname(),
+                local_rank=local_rank,
+            )
+        )
     return rows

@@ -60,8 +60,13 @@ def start() -> tuple[LoopbackNamespace | None, str]:
     """A loopback-only namespace and ``ISOLATED``, or None and why the kernel refused one."""
     if not sys.platform.startswith("linux"):
         return None, f"the host's network (private network namespaces need Linux, this is {sys.platform})"
-    holder = subprocess.Popen([sys.executable, "-m", "accelbench.netns", "hold"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "accelbench.netns", "hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = _read_line(holder)
     except TimeoutError:
@@ -147,7 +152,7 @@ def main(argv: list[str]) -> None:
         hold()
     elif argv[:1] == ["enter"]:
         split = argv.index("--")
-        enter(int(argv[1]), "--user" in argv[2:split], argv[split + 1:])
+        enter(int(argv[1]), "--user" in argv[2:split], argv[split + 1 :])
     else:
         sys.exit("usage: python -m accelbench.netns hold | enter PID [--user] -- COMMAND...")
 

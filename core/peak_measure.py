@@ -65,8 +65,14 @@ def for_plans(plans: list[Plan]) -> list[tuple[BackendRef, str, str, int | None]
     return list(wanted.values())
 
 
-def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | None = None,
-            repeats: int = DEFAULT_REPEATS, threads: int | None = None) -> PeakOutcome:
+def measure(
+    ref: BackendRef,
+    precision: str,
+    device: str = "auto",
+    size: int | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    threads: int | None = None,
+) -> PeakOutcome:
     info = ref.backend.describe()
     outcome = PeakOutcome(ref.id, info.framework, precision, "unavailable")
     [item] = plan([ref], RunConfig(precision=precision, device=device, device_count=1, threads=threads))
@@ -99,7 +105,7 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | N
         return outcome
     finally:
         worker.close()
-    flops_per_call = 2.0 * size ** 3
+    flops_per_call = 2.0 * size**3
     # the best timed run: a peak is what the hardware attains, not its average under noise
     best = max(t.timed_calls * flops_per_call / t.wall_time_s for t in timings)
     env = environment.collect()
@@ -107,9 +113,17 @@ def measure(ref: BackendRef, precision: str, device: str = "auto", size: int | N
     outcome.status, outcome.settings = "ok", prepared.settings
     outcome.warnings = list(prepared.warnings) + outcome.warnings
     outcome.measurement = peaks.Measured(
-        machine=peaks.machine_id(env, item.config.device, prepared.device_name), device_kind=item.config.device,
-        device_name=prepared.device_name, framework=info.framework, framework_version=version,
-        precision=precision, size=size, repeats=repeats, flops_per_s=best, measured_utc=records.utc_now())
+        machine=peaks.machine_id(env, item.config.device, prepared.device_name),
+        device_kind=item.config.device,
+        device_name=prepared.device_name,
+        framework=info.framework,
+        framework_version=version,
+        precision=precision,
+        size=size,
+        repeats=repeats,
+        flops_per_s=best,
+        measured_utc=records.utc_now(),
+    )
     return outcome
 
 
@@ -127,5 +141,7 @@ def fitted_size(worker: Worker, size: int) -> tuple[int, str | None]:
         chosen //= 2
     if chosen == size:
         return size, None
-    return chosen, (f"a {PROBE_SIDE}² product took {seconds:.2f} s here, so a {size}² one would take about "
-                    f"{seconds * (size / PROBE_SIDE) ** 3:.0f} s: the peak is of {chosen}² products")
+    return chosen, (
+        f"a {PROBE_SIDE}² product took {seconds:.2f} s here, so a {size}² one would take about "
+        f"{seconds * (size / PROBE_SIDE) ** 3:.0f} s: the peak is of {chosen}² products"
+    )

@@ -68,9 +68,11 @@ class Measured:
         return measurement_key(self.machine, self.device_kind, self.framework, self.framework_version, self.precision)
 
     def source(self) -> str:
-        return (f"measured on this machine by accelbench peak ({self.measured_utc}): {self.framework} "
-                f"{self.framework_version} {self.size}x{self.size} {self.precision} matrix product on "
-                f"{self.device_name}, best of {self.repeats} timed runs")
+        return (
+            f"measured on this machine by accelbench peak ({self.measured_utc}): {self.framework} "
+            f"{self.framework_version} {self.size}x{self.size} {self.precision} matrix product on "
+            f"{self.device_name}, best of {self.repeats} timed runs"
+        )
 
 
 def machine_id(environment: Environment, device_kind: str, device_name: str) -> str:
@@ -116,12 +118,14 @@ def save_measured(new: list[Measured]) -> Path:
     return path
 
 
-def measured(environment: Environment, device_kind: str, device_name: str, framework: str, version: str,
-             precision: str, devices: int = 1) -> Peak | None:
+def measured(
+    environment: Environment, device_kind: str, device_name: str, framework: str, version: str, precision: str, devices: int = 1
+) -> Peak | None:
     """This machine's measured peak for the framework, version and precision, or None. A CPU's
     peak is the whole machine's (all its cores); an accelerator's is per device."""
-    found = load_measured().get(measurement_key(machine_id(environment, device_kind, device_name), device_kind,
-                                                framework, version, precision))
+    found = load_measured().get(
+        measurement_key(machine_id(environment, device_kind, device_name), device_kind, framework, version, precision)
+    )
     if found is None:
         return None
     scale = 1 if device_kind == "cpu" else devices

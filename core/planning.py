@@ -31,8 +31,9 @@ class Plan:
     setup: envs.WorkerSetup = envs.HOST
 
 
-def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | None = None,
-         matrix: list[tuple[str, ...]] | None = None) -> list[Plan]:
+def plan(
+    refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | None = None, matrix: list[tuple[str, ...]] | None = None
+) -> list[Plan]:
     """Resolve every (backend, worker setup, sweep point) up front, so bad input fails before
     anything runs. ``pythons``: plugin name -> a Python the user made (``--python``);
     ``matrix``: requirement sets, one run of every backend under each (``--env``)."""
@@ -52,15 +53,18 @@ def plan(refs: list[BackendRef], config: RunConfig, pythons: dict[str, str] | No
     return plans
 
 
-def _plans_of(ref: BackendRef, setup: envs.WorkerSetup, point: RunConfig, counts: dict[str, int],
-              dataset: dict[str, Any] | None) -> list[Plan]:
+def _plans_of(
+    ref: BackendRef, setup: envs.WorkerSetup, point: RunConfig, counts: dict[str, int], dataset: dict[str, Any] | None
+) -> list[Plan]:
     refusal = _host_precheck(ref, point, setup) or _dataset_precheck(ref, dataset)
     if refusal:
         return [Plan(ref, _resolve_for_record(ref, point, counts), refusal, setup)]
     resolved = _resolve(ref, point, counts)
     if dataset and training.steps_per_epoch(dataset, resolved.resolved_global_batch) < 1:
-        raise UsageError(f"global batch {resolved.global_batch} is larger than the training split "
-                         f"({dataset['splits']['train']['count']} images)")
+        raise UsageError(
+            f"global batch {resolved.global_batch} is larger than the training split "
+            f"({dataset['splits']['train']['count']} images)"
+        )
     if resolved.workers > 1 and resolved.scaling_baseline:
         return [Plan(ref, configuration.single_worker_baseline(resolved), setup=setup), Plan(ref, resolved, setup=setup)]
     return [Plan(ref, resolved, setup=setup)]
@@ -70,22 +74,27 @@ def _refuse_unknown_plugins(refs: list[BackendRef], pythons: dict[str, str]) -> 
     selected = {ref.plugin.name for ref in refs}
     for name in pythons:
         if name not in selected:
-            raise UsageError(f"--python {name}=...: no selected backend is from plugin {name!r} "
-                             f"(selected: {', '.join(sorted(selected)) or 'none'})")
+            raise UsageError(
+                f"--python {name}=...: no selected backend is from plugin {name!r} "
+                f"(selected: {', '.join(sorted(selected)) or 'none'})"
+            )
 
 
 def offers(info: BackendInfo, model: str | None) -> dict[str, tuple[str, ...]]:
     """What a backend offers a run of ``model`` (its first model when None), by config field."""
     model = model or info.models[0]
-    return {"model": info.models, "variant": info.variants.get(model, ()),
-            "precision": info.precisions, "device": info.devices}
+    return {"model": info.models, "variant": info.variants.get(model, ()), "precision": info.precisions, "device": info.devices}
 
 
 def _unoffered(info: BackendInfo, config: RunConfig) -> tuple[str, str] | None:
     """The first (field, value) of the request this backend does not offer, or None."""
     offered = offers(info, config.model)
-    requested = {"model": config.model, "variant": config.variant, "precision": config.precision,
-                 "device": None if config.device == "auto" else config.device}
+    requested = {
+        "model": config.model,
+        "variant": config.variant,
+        "precision": config.precision,
+        "device": None if config.device == "auto" else config.device,
+    }
     for what, value in requested.items():
         if value is not None and value not in offered[what]:
             return what, value
@@ -99,8 +108,7 @@ def _refuse_unoffered(refs: list[BackendRef], config: RunConfig) -> None:
     misses = [miss for ref in refs if (miss := _unoffered(ref.backend.describe(), config))]
     if len(misses) == len(refs):
         what, value = misses[0]
-        offered = "; ".join(f"{r.id}: {', '.join(offers(r.backend.describe(), config.model)[what]) or 'none'}"
-                            for r in refs)
+        offered = "; ".join(f"{r.id}: {', '.join(offers(r.backend.describe(), config.model)[what]) or 'none'}" for r in refs)
         raise UsageError(f"{what} {value!r}: no selected backend offers it ({what}s offered: {offered})")
 
 
@@ -118,8 +126,7 @@ def _refuse_unknown_options(refs: list[BackendRef], config: RunConfig) -> None:
     known = {key for ref in refs for key in ref.backend.describe().options}
     unknown = sorted(set(config.options) - known)
     if unknown:
-        raise UsageError(f"unknown option {unknown[0]!r} for the selected backends "
-                         f"(known: {', '.join(sorted(known)) or 'none'})")
+        raise UsageError(f"unknown option {unknown[0]!r} for the selected backends (known: {', '.join(sorted(known)) or 'none'})")
 
 
 def _refuse_bad_option_values(refs: list[BackendRef], config: RunConfig) -> None:
@@ -150,8 +157,7 @@ def _resolve_for_record(ref: BackendRef, config: RunConfig, counts: dict[str, in
     except Exception:  # noqa: BLE001 - the refusal reason is what the record reports
         info = ref.backend.describe()
         device = config.device if config.device != "auto" else "cpu"
-        return resolve(config.replace(global_batch=None, per_device_batch=None),
-                                     info, device, 1)
+        return resolve(config.replace(global_batch=None, per_device_batch=None), info, device, 1)
 
 
 def pick_device(supported: tuple[str, ...], requested: str, counts: dict[str, int]) -> str:
@@ -174,8 +180,7 @@ def _host_precheck(ref: BackendRef, config: RunConfig, setup: envs.WorkerSetup =
     if miss:
         what, value = miss
         offered = offers(info, config.model)[what]
-        return TrialOutcome("unavailable", f"{info.name} does not offer {what} {value} "
-                                           f"(offers: {', '.join(offered) or 'none'})")
+        return TrialOutcome("unavailable", f"{info.name} does not offer {what} {value} (offers: {', '.join(offered) or 'none'})")
     if config.workers > 1 and ref.backend.engine is None:
         return TrialOutcome("unavailable", f"{info.name} has no multi-worker engine")
     return None
@@ -189,9 +194,12 @@ def _dataset_precheck(ref: BackendRef, dataset: dict[str, Any] | None) -> TrialO
     if fmt is None:
         return TrialOutcome("unavailable", f"{ref.id} has no train mode")
     if fmt not in dataset["formats"]:
-        return TrialOutcome("unavailable", f"the dataset at {dataset['root']} has no {fmt} files "
-                                           f"(formats: {', '.join(dataset['formats'])}); convert it again "
-                                           f"with `accelbench data` where {ref.backend.describe().framework} is installed")
+        return TrialOutcome(
+            "unavailable",
+            f"the dataset at {dataset['root']} has no {fmt} files "
+            f"(formats: {', '.join(dataset['formats'])}); convert it again "
+            f"with `accelbench data` where {ref.backend.describe().framework} is installed",
+        )
     return None
 
 
@@ -227,7 +235,8 @@ def _resolve_batch(config: RunConfig, info: BackendInfo, device: str, count: int
         if config.global_batch != config.per_device_batch * count:
             raise UsageError(
                 f"global_batch {config.global_batch} != per_device_batch {config.per_device_batch}"
-                f" x {count} devices: give one of them")
+                f" x {count} devices: give one of them"
+            )
         return config.global_batch, config.per_device_batch, "config"
     if config.global_batch is not None:
         return (*_split_global(config.global_batch, count), "config")

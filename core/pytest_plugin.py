@@ -24,8 +24,12 @@ EXTRA_INFO_KEY = "accelbench_record"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("accelbench")
-    group.addoption("--accelbench-backend", action="append", default=[],
-                    help="backend id to benchmark (repeatable; default: every available one)")
+    group.addoption(
+        "--accelbench-backend",
+        action="append",
+        default=[],
+        help="backend id to benchmark (repeatable; default: every available one)",
+    )
     group.addoption("--accelbench-batch-sizes", default="8", help="comma-separated global batch sizes")
     group.addoption("--accelbench-image-size", type=int, default=64, help="image side (default 64, for speed)")
     group.addoption("--accelbench-precision", default=None, help="precision (default: each backend's)")
@@ -106,16 +110,23 @@ def accelbench_benchmark(benchmark: Any, accelbench_session: Callable[..., Backe
         benchmark.pedantic(session.step, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
         if benchmark.disabled or not benchmark.stats:
             return None
-        record = session.record(len(benchmark.stats.stats.data), warmup_rounds,
-                                timed_by="pytest-benchmark pedantic rounds; record times from the worker's timing loop")
+        record = session.record(
+            len(benchmark.stats.stats.data),
+            warmup_rounds,
+            timed_by="pytest-benchmark pedantic rounds; record times from the worker's timing loop",
+        )
         records.check(record)
-        benchmark.extra_info.update({  # pytest-benchmark keeps extra_info as JSON: the record's JSON form
-            "images_per_sec": record.images_per_sec(),
-            "global_batch": record.batch.global_, "per_device_batch": record.batch.per_device,
-            "precision": record.precision, "framework": record.framework.name,
-            "device": f"{record.device.kind}x{record.device.count} {record.device.name}",
-            EXTRA_INFO_KEY: record.to_json(),
-        })
+        benchmark.extra_info.update(
+            {  # pytest-benchmark keeps extra_info as JSON: the record's JSON form
+                "images_per_sec": record.images_per_sec(),
+                "global_batch": record.batch.global_,
+                "per_device_batch": record.batch.per_device,
+                "precision": record.precision,
+                "framework": record.framework.name,
+                "device": f"{record.device.kind}x{record.device.count} {record.device.name}",
+                EXTRA_INFO_KEY: record.to_json(),
+            }
+        )
         return record
 
     return run
@@ -133,8 +144,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
     """Add an ``accelbench`` block holding every accelbench record of the run, each validated."""
     from . import records, validation
 
-    found = [b["extra_info"][EXTRA_INFO_KEY] for b in output_json.get("benchmarks", [])
-             if EXTRA_INFO_KEY in b.get("extra_info", {})]
+    found = [
+        b["extra_info"][EXTRA_INFO_KEY] for b in output_json.get("benchmarks", []) if EXTRA_INFO_KEY in b.get("extra_info", {})
+    ]
     if not found:
         return
     for record in found:

@@ -152,16 +152,36 @@ class TrialRow:
     def of(cls, index: int, outcome: TrialOutcome, batch: int) -> TrialRow:
         """``batch`` images per step, as the trial's process timed them."""
         timing = outcome.timing
-        row = cls(index, outcome.status, outcome.reason, None, None, None, [], [], round=outcome.round,
-                  position=outcome.position, started_utc=outcome.started_utc, ended_utc=outcome.ended_utc, blocks=outcome.blocks)
+        row = cls(
+            index,
+            outcome.status,
+            outcome.reason,
+            None,
+            None,
+            None,
+            [],
+            [],
+            round=outcome.round,
+            position=outcome.position,
+            started_utc=outcome.started_utc,
+            ended_utc=outcome.ended_utc,
+            blocks=outcome.blocks,
+        )
         if not timing:
             return row
         images = batch * timing.timed_steps
         return dataclasses.replace(
-            row, images=images, wall_time_s=timing.wall_time_s, images_per_sec=images / timing.wall_time_s,
-            step_times_s=list(timing.step_times), losses=list(timing.losses),
-            warmup_steps=timing.warmup_calls * timing.steps_per_call, process=timing.usage, startup=outcome.startup,
-            energy_j=timing.energy.joules if timing.energy else None)
+            row,
+            images=images,
+            wall_time_s=timing.wall_time_s,
+            images_per_sec=images / timing.wall_time_s,
+            step_times_s=list(timing.step_times),
+            losses=list(timing.losses),
+            warmup_steps=timing.warmup_calls * timing.steps_per_call,
+            process=timing.usage,
+            startup=outcome.startup,
+            energy_j=timing.energy.joules if timing.energy else None,
+        )
 
 
 @dataclass
@@ -245,8 +265,10 @@ class Record:
     def __getitem__(self, key: NoReturn) -> NoReturn:
         # records were dicts until result schema 1.11's accelbench: say what replaced the subscript.
         # (``key: NoReturn``: the type checker refuses every subscript, as it would without this)
-        raise TypeError(f"a Record is typed: record[{key!r}] is record.{'global_' if key == 'global' else key} "
-                        f"(record.to_json() gives the JSON form)")
+        raise TypeError(
+            f"a Record is typed: record[{key!r}] is record.{'global_' if key == 'global' else key} "
+            f"(record.to_json() gives the JSON form)"
+        )
 
     def run_config(self) -> RunConfig:
         return RunConfig(**self.config)
@@ -295,11 +317,11 @@ def build(ctx: RunContext) -> Record:
         if not problems:
             return record
     reason = f"the backend's results broke the result schema: {problems[0]}"
-    failed = [TrialOutcome("failed", reason, round=o.round, position=o.position, started_utc=o.started_utc,
-                           ended_utc=o.ended_utc)
-              for o in ctx.outcomes] or [TrialOutcome("failed", reason)]
-    return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule,
-                                worker=ctx.worker))
+    failed = [
+        TrialOutcome("failed", reason, round=o.round, position=o.position, started_utc=o.started_utc, ended_utc=o.ended_utc)
+        for o in ctx.outcomes
+    ] or [TrialOutcome("failed", reason)]
+    return _assemble(RunContext(ctx.ref, ctx.config, ctx.environment, failed, schedule=ctx.schedule, worker=ctx.worker))
 
 
 def _assemble(ctx: RunContext) -> Record:
@@ -310,23 +332,33 @@ def _assemble(ctx: RunContext) -> Record:
     prepared = reported or Prepared(device_name="")  # a run that never prepared reports nothing
     status, reason = _overall_status(ctx.outcomes)
     record = Record(
-        schema_version=validation.RESULT_SCHEMA_VERSION, status=status, reason=reason, timestamp_utc=utc_now(),
-        config_hash=cfg.config_hash(), plugin=Named(ctx.ref.plugin.name, ctx.ref.plugin.version),
+        schema_version=validation.RESULT_SCHEMA_VERSION,
+        status=status,
+        reason=reason,
+        timestamp_utc=utc_now(),
+        config_hash=cfg.config_hash(),
+        plugin=Named(ctx.ref.plugin.name, ctx.ref.plugin.version),
         backend=Named(info.name, info.version),
         framework=Named(info.framework, prepared.framework_version or ctx.ref.framework_version()),
-        model=ModelRef(cfg.resolved_model, cfg.variant), precision=cfg.resolved_precision,
+        model=ModelRef(cfg.resolved_model, cfg.variant),
+        precision=cfg.resolved_precision,
         device=DeviceRef(cfg.device, cfg.resolved_device_count, prepared.device_name),
-        batch=BatchRef(cfg.resolved_global_batch, cfg.resolved_per_device_batch, cfg.resolved_batch_source,
-                       info.batch_semantics),
+        batch=BatchRef(cfg.resolved_global_batch, cfg.resolved_per_device_batch, cfg.resolved_batch_source, info.batch_semantics),
         image_size=cfg.image_size,
         data=DataRef(cfg.data, reported.data_placement if reported else None),
         steps=_steps(cfg, prepared.steps_per_call, ctx.outcomes),
         trials=[TrialRow.of(i, o, cfg.resolved_global_batch) for i, o in enumerate(ctx.outcomes)],
-        throughput=None, step_time=None, flops=None,
+        throughput=None,
+        step_time=None,
+        flops=None,
         # a copy: the record is rebuilt after every trial, and its building edits settings
-        settings=dict(prepared.settings), config=cfg.to_dict(), environment=_environment(ctx),
+        settings=dict(prepared.settings),
+        config=cfg.to_dict(),
+        environment=_environment(ctx),
         warnings=list(prepared.warnings),
-        distributed=dataclasses.replace(ctx.distributed) if ctx.distributed else None, schedule=ctx.schedule)
+        distributed=dataclasses.replace(ctx.distributed) if ctx.distributed else None,
+        schedule=ctx.schedule,
+    )
     if cfg.mode == "train":
         record.mode = "train"
         _add_training(record, cfg, ctx.outcomes[-1])
@@ -339,8 +371,15 @@ def _assemble(ctx: RunContext) -> Record:
         record.startup = footprint.startup_of(ctx.outcomes)
     if prepared.flops_per_image:
         record.flops = Flops(prepared.flops_per_image)
-        record.warnings += complete_flops(record.flops, record.throughput, record.precision, record.device,
-                                          record.framework, record.environment, record.devices())
+        record.warnings += complete_flops(
+            record.flops,
+            record.throughput,
+            record.precision,
+            record.device,
+            record.framework,
+            record.environment,
+            record.devices(),
+        )
     return record
 
 
@@ -353,8 +392,15 @@ def _environment(ctx: RunContext) -> Environment:
     return dataclasses.replace(ctx.environment, packages=packages, worker=ctx.worker)
 
 
-def complete_flops(flops: Flops, throughput: Throughput | None, precision: str, device: DeviceRef,
-                   framework: Named, environment: Environment, devices: int) -> list[str]:
+def complete_flops(
+    flops: Flops,
+    throughput: Throughput | None,
+    precision: str,
+    device: DeviceRef,
+    framework: Named,
+    environment: Environment,
+    devices: int,
+) -> list[str]:
     """Achieved FLOP/s from the throughput, and the share of the run's peak; the warnings that
     go with them."""
     if throughput is None:
@@ -364,14 +410,14 @@ def complete_flops(flops: Flops, throughput: Throughput | None, precision: str, 
     return [warning] if warning else []
 
 
-def run_peak(precision: str, device: DeviceRef, framework: Named, environment: Environment,
-             devices: int) -> peaks.Peak | None:
+def run_peak(precision: str, device: DeviceRef, framework: Named, environment: Environment, devices: int) -> peaks.Peak | None:
     """The peak a run is compared with: its accelerators' published one, else one ``accelbench
     peak`` measured here with its framework (None: neither, and none is invented)."""
     names = [device.name] + [a.name for a in environment.accelerators_of(device.kind)]
     published = (peaks.published(device.kind, name, precision, devices) for name in names if name)
     return next((peak for peak in published if peak), None) or peaks.measured(
-        environment, device.kind, device.name or "", framework.name, framework.version or "", precision, devices)
+        environment, device.kind, device.name or "", framework.name, framework.version or "", precision, devices
+    )
 
 
 def add_utilisation(flops: Flops, peak: peaks.Peak | None, device_kind: str = "cpu") -> str | None:
@@ -380,17 +426,21 @@ def add_utilisation(flops: Flops, peak: peaks.Peak | None, device_kind: str = "c
     if flops.achieved_per_s is None:
         return None
     if peak is None:
-        flops.peak_reason = (f"no published peak for this {device_kind} and no peak measured here for this framework, "
-                             f"version and precision: run `accelbench peak`")
+        flops.peak_reason = (
+            f"no published peak for this {device_kind} and no peak measured here for this framework, "
+            f"version and precision: run `accelbench peak`"
+        )
         return None
     flops.peak_per_sec, flops.peak_source = peak.flops_per_s, peak.source
     flops.utilisation = flops.achieved_per_s / peak.flops_per_s
     if flops.utilisation <= 1:
         return None
     # reported as measured, never clamped: the peak is what is wrong
-    return (f"this run achieved {flops.utilisation:.0%} of the peak it is compared with: that peak "
-            f"({peak.flops_per_s / 1e9:.0f} GFLOP/s) is too low (measured while the machine was busy?); "
-            f"run `accelbench peak` again")
+    return (
+        f"this run achieved {flops.utilisation:.0%} of the peak it is compared with: that peak "
+        f"({peak.flops_per_s / 1e9:.0f} GFLOP/s) is too low (measured while the machine was busy?); "
+        f"run `accelbench peak` again"
+    )
 
 
 def _add_scaling_efficiency(record: Record) -> None:
@@ -422,8 +472,10 @@ def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps
         return Steps(steady.warmup_calls, max(1, steady.timed_calls), 1, steady.warmup_rule, steady.timed_rule)
     timing = next((o.timing for o in outcomes if o.timing), None)
     if timing:
-        return Steps(timing.warmup_calls * per_call, timing.timed_calls * per_call, per_call,
-                     timing.warmup_rule, timing.timed_rule)
+        return Steps(
+            timing.warmup_calls * per_call, timing.timed_calls * per_call, per_call, timing.warmup_rule, timing.timed_rule
+        )
+
     def whole(steps: int) -> int:
         return math.ceil(steps / per_call) * per_call
 
@@ -444,14 +496,17 @@ def statistics(trials: list[TrialRow], cfg: RunConfig) -> tuple[Throughput, stat
     timed = [(t.images, t.wall_time_s) for t in trials if t.images is not None and t.wall_time_s is not None]
     images, wall = sum(i for i, _ in timed), sum(w for _, w in timed)
     steps = [s for t in trials for s in t.step_times_s]
-    ci, method = stats.throughput_ci([i for i, _ in timed], [w for _, w in timed], steps,
-                                     images_per_step=cfg.resolved_global_batch, seed=cfg.seed)
+    ci, method = stats.throughput_ci(
+        [i for i, _ in timed], [w for _, w in timed], steps, images_per_step=cfg.resolved_global_batch, seed=cfg.seed
+    )
     throughput = Throughput(images / wall, images, wall, ci, method)
     step_time = stats.step_time_summary(steps)
     warnings = []
     if step_time.cv > stats.CV_WARNING:
-        warnings.append(f"step-time coefficient of variation {step_time.cv:.1%} exceeds "
-                        f"{stats.CV_WARNING:.0%}: the machine was noisy or the run too short")
+        warnings.append(
+            f"step-time coefficient of variation {step_time.cv:.1%} exceeds "
+            f"{stats.CV_WARNING:.0%}: the machine was noisy or the run too short"
+        )
     if any(loss is None for t in trials for loss in t.losses):
         warnings.append("the training loss was NaN or infinite during timed steps")
     throughput.trend = _trend(trials)
@@ -467,9 +522,11 @@ def _trend(trials: list[TrialRow]) -> stats.Trend | None:
 
 
 def _drift_warning(found: stats.Trend) -> str:
-    return (f"images/sec trended {found.slope_per_round:+.2%} per round over {found.rounds} rounds "
-            f"({found.change_over_run:+.1%} in all, p={found.p_value:.3f}): the machine's speed drifted; "
-            f"compare runs interleaved in one invocation (paired rounds), not across invocations")
+    return (
+        f"images/sec trended {found.slope_per_round:+.2%} per round over {found.rounds} rounds "
+        f"({found.change_over_run:+.1%} in all, p={found.p_value:.3f}): the machine's speed drifted; "
+        f"compare runs interleaved in one invocation (paired rounds), not across invocations"
+    )
 
 
 def check(record: Record) -> None:
@@ -484,8 +541,7 @@ def check_all(records: list[Record]) -> None:
 
 
 def results_document(records: list[Record], command: list[str] | None = None) -> ResultsDocument:
-    return ResultsDocument(validation.RESULT_SCHEMA_VERSION, utc_now(), list(records),
-                           list(command) if command else None)
+    return ResultsDocument(validation.RESULT_SCHEMA_VERSION, utc_now(), list(records), list(command) if command else None)
 
 
 def write_results(path: Path, records: list[Record], command: list[str] | None = None) -> None:
@@ -545,8 +601,7 @@ class ResultsWriter:
         except (TimeoutError, InvalidRecord, OSError, ValueError) as exc:
             self.side_path = self.side_path or self.path.with_name(f"{self.path.stem}.{os.getpid()}.json")
             write_results(self.side_path, records, self.command)
-            print(f"warning: could not write {self.path} ({exc}); this run's records are in {self.side_path}",
-                  file=sys.stderr)
+            print(f"warning: could not write {self.path} ({exc}); this run's records are in {self.side_path}", file=sys.stderr)
             return self.side_path
         self.fresh = False
         self.mine = {_canonical(r) for r in records}
@@ -642,14 +697,24 @@ def merge_ranks(rank_records: list[Record]) -> Record:
     slowest = max(rows, key=lambda row: row.wall_time_s or 0.0)
     wall = slowest.wall_time_s or 0.0
     images = sum(row.images or 0 for row in rows)
-    merged.trials = [dataclasses.replace(merged.trials[0], images=images, wall_time_s=wall,
-                                         images_per_sec=images / wall, step_times_s=slowest.step_times_s)]
+    merged.trials = [
+        dataclasses.replace(
+            merged.trials[0], images=images, wall_time_s=wall, images_per_sec=images / wall, step_times_s=slowest.step_times_s
+        )
+    ]
     merged.throughput, merged.step_time, warnings = statistics(merged.trials, merged.run_config())
     merged.warnings += warnings
     if merged.flops:
         merged.flops = Flops(merged.flops.per_image)
-        merged.warnings += complete_flops(merged.flops, merged.throughput, merged.precision, merged.device,
-                                          merged.framework, merged.environment, merged.device.count * workers)
+        merged.warnings += complete_flops(
+            merged.flops,
+            merged.throughput,
+            merged.precision,
+            merged.device,
+            merged.framework,
+            merged.environment,
+            merged.device.count * workers,
+        )
     return merged
 
 

@@ -130,9 +130,12 @@ class PluginHost:
         for name in backends:
             if not any(name in (r.id, r.backend.describe().name) for r in known):
                 raise UsageError(f"unknown backend {name!r} (known: {', '.join(r.id for r in known)})")
-        chosen = [r for r in known
-                  if (not plugins or r.plugin.name in plugins)
-                  and (not backends or r.id in backends or r.backend.describe().name in backends)]
+        chosen = [
+            r
+            for r in known
+            if (not plugins or r.plugin.name in plugins)
+            and (not backends or r.id in backends or r.backend.describe().name in backends)
+        ]
         return sorted(chosen, key=lambda r: _position(r, backends))
 
     def _load_entry_points(self) -> None:
@@ -140,8 +143,10 @@ class PluginHost:
         points = metadata.entry_points(group=ENTRY_POINT_GROUP)
         unknown = sorted(allowed - {ep.name for ep in points}) if allowed is not None else []
         if unknown:  # a typo would otherwise list no plugin and say nothing
-            raise UsageError(f"{ALLOW_LIST_VARIABLE}: no installed plugin is named {', '.join(map(repr, unknown))} "
-                             f"(installed: {', '.join(sorted({ep.name for ep in points})) or 'none'})")
+            raise UsageError(
+                f"{ALLOW_LIST_VARIABLE}: no installed plugin is named {', '.join(map(repr, unknown))} "
+                f"(installed: {', '.join(sorted({ep.name for ep in points})) or 'none'})"
+            )
         for ep in points:
             if ep.name in self._plugins or (allowed is not None and ep.name not in allowed):
                 continue
@@ -181,8 +186,7 @@ def _api_problem(module: ModuleType) -> str:
     if not major.isdigit():
         return f"PLUGIN_API must be a version string such as {PLUGIN_API!r}, not {declared!r}"
     if int(major) > int(PLUGIN_API.split(".")[0]):
-        return (f"written for plugin API {declared}; this accelbench speaks plugin API {PLUGIN_API}: "
-                f"upgrade accelbench")
+        return f"written for plugin API {declared}; this accelbench speaks plugin API {PLUGIN_API}: upgrade accelbench"
     return ""
 
 

@@ -57,8 +57,13 @@ class RunObserver:
 TRAIN_MODE_NOTES = {"energy": "train mode: one epoch ran, the warm-up, and no later epoch's steps to count"}
 
 
-def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, int, int], None] | None = None,
-              python: str | None = None, on_environment: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
+def run_trial(
+    ref: BackendRef,
+    config: RunConfig,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    python: str | None = None,
+    on_environment: Callable[[dict[str, Any]], None] | None = None,
+) -> TrialOutcome:
     """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker
     (of ``python``, else the host's; ``on_environment`` gets what is installed there)."""
     try:
@@ -69,8 +74,7 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
     try:
         if on_environment:
             info = ref.backend.describe()
-            on_environment(handle.call("environment", list(info.requires),
-                                       [*environment.CORE_PACKAGES, *info.environment]))
+            on_environment(handle.call("environment", list(info.requires), [*environment.CORE_PACKAGES, *info.environment]))
         reason = handle.call("check")
         if reason:
             return TrialOutcome("unavailable", reason)
@@ -79,15 +83,28 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
             training = handle.call("train", on_progress=on_progress)
             device_memory = handle.call("device_memory")
             handle.call("teardown")
-            return TrialOutcome("ok", "", training.steady, prepared, training=training, device_memory=device_memory,
-                                startup=footprint.Startup.of(handle.spawned, training.steady.startup, prepared.compile_s),
-                                footprint_notes=TRAIN_MODE_NOTES)
+            return TrialOutcome(
+                "ok",
+                "",
+                training.steady,
+                prepared,
+                training=training,
+                device_memory=device_memory,
+                startup=footprint.Startup.of(handle.spawned, training.steady.startup, prepared.compile_s),
+                footprint_notes=TRAIN_MODE_NOTES,
+            )
         prepared = handle.call("prepare")
         timing = handle.call("run", on_progress=on_progress)
         device_memory = handle.call("device_memory")
         handle.call("teardown")
-        return TrialOutcome("ok", "", timing, prepared, device_memory=device_memory,
-                            startup=footprint.Startup.of(handle.spawned, timing.startup, prepared.compile_s))
+        return TrialOutcome(
+            "ok",
+            "",
+            timing,
+            prepared,
+            device_memory=device_memory,
+            startup=footprint.Startup.of(handle.spawned, timing.startup, prepared.compile_s),
+        )
     except WorkerFailure as failure:
         failure = handle.keep_log(failure)
         return TrialOutcome(failure.status, failure.reason, None, prepared)
@@ -95,9 +112,13 @@ def run_trial(ref: BackendRef, config: RunConfig, on_progress: Callable[[str, in
         handle.close()
 
 
-def execute(plans: list[Plan], on_records: Callable[[list[Record]], None],
-            observer: RunObserver | None = None, schedule: Schedule | None = None,
-            create_envs: bool = True) -> list[Record]:
+def execute(
+    plans: list[Plan],
+    on_records: Callable[[list[Record]], None],
+    observer: RunObserver | None = None,
+    schedule: Schedule | None = None,
+    create_envs: bool = True,
+) -> list[Record]:
     """Run every plan's trials in the schedule's order; return one record per plan.
 
     After every trial, ``on_records`` gets the records of every plan so far (a finished trial is
@@ -164,8 +185,9 @@ class ScheduledRun:
         budget = self.schedule.time_budget_s
         if budget is None or time.monotonic() - self.started < budget:
             return False
-        self.stop_reason = f"time budget of {budget:g} s spent" + (" before the answer was decided"
-                                                                    if self.schedule.until else "")
+        self.stop_reason = f"time budget of {budget:g} s spent" + (
+            " before the answer was decided" if self.schedule.until else ""
+        )
         return True
 
     def _limit_reason(self) -> str:
@@ -221,6 +243,7 @@ class ScheduledRun:
         def learn(found: dict[str, Any]) -> None:  # what the worker read in its own Python, as JSON over its pipe
             known = self.contexts[index].worker
             self.contexts[index].worker = from_json(WorkerEnvironment, {**(to_json(known) if known else {}), **found})
+
         return learn
 
     def records(self, final: bool = False) -> dict[int, Record]:
@@ -241,10 +264,19 @@ class ScheduledRun:
 
     def schedule_block(self, index: int) -> ScheduleBlock:
         rule = self.schedule.until
-        return ScheduleBlock(self.schedule.kind, self.run_id, self.rounds_run, len(self.plans), index,
-                               stop_reason=self.stop_reason or "running", stop_rule=rule.describe() if rule else None,
-                               max_time_s=self.schedule.time_budget_s, elapsed_s=time.monotonic() - self.started,
-                               looks=self.looks, confidence=self.confidence)
+        return ScheduleBlock(
+            self.schedule.kind,
+            self.run_id,
+            self.rounds_run,
+            len(self.plans),
+            index,
+            stop_reason=self.stop_reason or "running",
+            stop_rule=rule.describe() if rule else None,
+            max_time_s=self.schedule.time_budget_s,
+            elapsed_s=time.monotonic() - self.started,
+            looks=self.looks,
+            confidence=self.confidence,
+        )
 
 
 def _baseline_key(ref: BackendRef, config: RunConfig) -> str:

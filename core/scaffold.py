@@ -71,11 +71,17 @@ packages = ["{package}"]
 
 
 def _module(name: str, framework: str | None) -> str:
-    environment = (f"\n        # the worker runs in an environment of its own with these requirements (and this\n"
-                   f"        # distribution), made on first use: the framework need not share the host's packages\n"
-                   f"        environment=({framework!r},),") if framework else ""
+    environment = (
+        (
+            f"\n        # the worker runs in an environment of its own with these requirements (and this\n"
+            f"        # distribution), made on first use: the framework need not share the host's packages\n"
+            f"        environment=({framework!r},),"
+        )
+        if framework
+        else ""
+    )
     requires = f"({_module_name(framework)!r},)" if framework else "()"
-    version_of = (f'metadata.version({framework!r})' if framework else 'np.__version__')
+    version_of = f"metadata.version({framework!r})" if framework else "np.__version__"
     return f'''"""accelbench plugin {name!r}: written by `accelbench new-plugin` (plugin API {PLUGIN_API}).
 
 Replace the numpy stand-in in ``prepare`` and ``step`` with your framework's model, optimizer and
@@ -146,9 +152,15 @@ def test_{name}_keeps_the_plugin_contract(accelbench_contract):
 
 
 def _readme(name: str, package: str, framework: str | None) -> str:
-    env_note = (f"\nIts worker runs in an environment of its own with `{framework}` (and this distribution)\n"
-                f"installed, made on first use and cached: `accelbench env list` shows it.\n") if framework else ""
-    return f'''# accelbench-{name.replace("_", "-")}
+    env_note = (
+        (
+            f"\nIts worker runs in an environment of its own with `{framework}` (and this distribution)\n"
+            f"installed, made on first use and cached: `accelbench env list` shows it.\n"
+        )
+        if framework
+        else ""
+    )
+    return f"""# accelbench-{name.replace("_", "-")}
 
 An [accelbench](https://github.com/accelbench/accelbench) plugin: `{package}/__init__.py` holds
 its backend, registered in the `accelbench` entry-point group by `pyproject.toml`.
@@ -162,4 +174,4 @@ accelbench run --plugin {name}      # runs it under accelbench's protocol
 
 Replace the numpy stand-in in `prepare` and `step` with your framework's training step; see the
 plugin author guide in accelbench's documentation.
-'''
+"""

@@ -21,8 +21,10 @@ class Unavailable(Exception):
 
 
 #: a session's calls are timed one ``steps`` at a time by its caller (pytest-benchmark)
-SESSION_NOTES = {"energy": "not read for a session's calls, which its caller times a few at a time",
-                 "host_memory": "not read for a session's calls"}
+SESSION_NOTES = {
+    "energy": "not read for a session's calls, which its caller times a few at a time",
+    "host_memory": "not read for a session's calls",
+}
 
 
 class BackendSession:
@@ -76,18 +78,32 @@ class BackendSession:
         (so the host<->worker pipe is not counted, as in ``accelbench run``)."""
         per_call = self.prepared.steps_per_call
         calls = self.call_times[-timed_calls:]
-        config = self.config.replace(warmup_steps=warmup_calls * per_call, timed_steps=timed_calls * per_call,
-                                     time_s=None, warmup="fixed")
-        timing = Timing(step_times=[t / per_call for t in calls], wall_time_s=sum(calls),
-                        timed_calls=timed_calls, steps_per_call=per_call,
-                        losses=self.losses[-timed_calls:] if self.losses else [],
-                        warmup_calls=warmup_calls, warmup_rule=f"fixed: {warmup_calls * per_call} steps",
-                        timed_rule=f"counted: {timed_calls * per_call} steps")
+        config = self.config.replace(
+            warmup_steps=warmup_calls * per_call, timed_steps=timed_calls * per_call, time_s=None, warmup="fixed"
+        )
+        timing = Timing(
+            step_times=[t / per_call for t in calls],
+            wall_time_s=sum(calls),
+            timed_calls=timed_calls,
+            steps_per_call=per_call,
+            losses=self.losses[-timed_calls:] if self.losses else [],
+            warmup_calls=warmup_calls,
+            warmup_rule=f"fixed: {warmup_calls * per_call} steps",
+            timed_rule=f"counted: {timed_calls * per_call} steps",
+        )
         prepared = dataclasses.replace(self.prepared, settings={**self.prepared.settings, "timed_by": timed_by})
-        outcome = TrialOutcome("ok", "", timing, prepared, device_memory=self.worker.call("device_memory"),
-                               startup=self._startup(timed_calls, warmup_calls), footprint_notes=SESSION_NOTES)
-        ctx = RunContext(self.ref, config, environment.collect(self.ref.backend.describe().requires),
-                         [outcome], worker=self.worker_described)
+        outcome = TrialOutcome(
+            "ok",
+            "",
+            timing,
+            prepared,
+            device_memory=self.worker.call("device_memory"),
+            startup=self._startup(timed_calls, warmup_calls),
+            footprint_notes=SESSION_NOTES,
+        )
+        ctx = RunContext(
+            self.ref, config, environment.collect(self.ref.backend.describe().requires), [outcome], worker=self.worker_described
+        )
         return build(ctx)
 
     def _startup(self, timed_calls: int, warmup_calls: int) -> footprint.Startup | None:
@@ -97,9 +113,12 @@ class BackendSession:
             return None
         end = len(self.call_times) - timed_calls
         marks = self.first_marks
-        return footprint.Startup(marks.first_step_ended - self.worker.spawned,
-                                 marks.first_step_ended - marks.first_step_started,
-                                 sum(self.call_times[max(0, end - warmup_calls):end]), self.prepared.compile_s)
+        return footprint.Startup(
+            marks.first_step_ended - self.worker.spawned,
+            marks.first_step_ended - marks.first_step_started,
+            sum(self.call_times[max(0, end - warmup_calls) : end]),
+            self.prepared.compile_s,
+        )
 
     def close(self) -> None:
         self.worker.close()

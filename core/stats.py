@@ -44,9 +44,14 @@ def step_time_summary(step_times: Sequence[float]) -> StepTimeSummary:
     q1, median, q3 = np.percentile(t, [25, 50, 75])
     mean = float(t.mean())
     stdev = float(t.std(ddof=1)) if t.size > 1 else 0.0
-    return StepTimeSummary(median_s=float(median), mean_s=mean, stdev_s=stdev, iqr_s=float(q3 - q1),
-                           jitter_s=float(MAD_TO_SIGMA * np.median(np.abs(t - median))),
-                           cv=stdev / mean if mean > 0 else 0.0)
+    return StepTimeSummary(
+        median_s=float(median),
+        mean_s=mean,
+        stdev_s=stdev,
+        iqr_s=float(q3 - q1),
+        jitter_s=float(MAD_TO_SIGMA * np.median(np.abs(t - median))),
+        cv=stdev / mean if mean > 0 else 0.0,
+    )
 
 
 #: how a record's interval over several trials is computed (``throughput.ci_method``)
@@ -54,8 +59,9 @@ TRIALS_METHOD = "t-interval on log trial rates"
 STEPS_METHOD = "bootstrap over steps"
 
 
-def throughput_ci(images: Sequence[int], walls: Sequence[float], step_times: Sequence[float],
-                  images_per_step: float, seed: int = 0) -> tuple[tuple[float, float], str]:
+def throughput_ci(
+    images: Sequence[int], walls: Sequence[float], step_times: Sequence[float], images_per_step: float, seed: int = 0
+) -> tuple[tuple[float, float], str]:
     """95% interval for pooled images/sec, and how it was computed: over several trials a
     t-interval on their log-rates, centred on the pooled rate; over one trial's steps a
     percentile bootstrap (many samples, but only step-to-step noise: the method says so)."""
@@ -88,8 +94,9 @@ def log_rate_interval(rates: Sequence[float], center: float, confidence: float =
     return center * math.exp(-half), center * math.exp(half)
 
 
-def welch_ratio_interval(a_rates: Sequence[float], b_rates: Sequence[float], ratio: float,
-                         confidence: float = 0.95) -> tuple[float, float]:
+def welch_ratio_interval(
+    a_rates: Sequence[float], b_rates: Sequence[float], ratio: float, confidence: float = 0.95
+) -> tuple[float, float]:
     """The interval of A/B from two independent sets of trials (runs of separate invocations, so
     nothing pairs them): Welch's t on the difference of the mean log-rates, with the
     Welch-Satterthwaite degrees of freedom, centred on ``ratio`` (the pooled rates' ratio)."""
@@ -100,10 +107,9 @@ def welch_ratio_interval(a_rates: Sequence[float], b_rates: Sequence[float], rat
     se = math.sqrt(va + vb)
     if se == 0:
         return ratio, ratio
-    dof = (va + vb) ** 2 / (va ** 2 / (la.size - 1) + vb ** 2 / (lb.size - 1))
+    dof = (va + vb) ** 2 / (va**2 / (la.size - 1) + vb**2 / (lb.size - 1))
     half = _t_quantile(confidence, dof) * se
     return ratio * math.exp(-half), ratio * math.exp(half)
-
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,9 @@ class RatioEstimate:
     samples: int
 
 
-def paired_ratio(a_rates: Sequence[float], b_rates: Sequence[float],
-                 a_first: Sequence[bool] | None = None, confidence: float = 0.95) -> RatioEstimate:
+def paired_ratio(
+    a_rates: Sequence[float], b_rates: Sequence[float], a_first: Sequence[bool] | None = None, confidence: float = 0.95
+) -> RatioEstimate:
     """A/B from paired rounds (the two trials of one round ran next to each other).
 
     The estimate works on the per-round log-ratios, with a Student-t interval. Why t and not a
@@ -167,9 +174,11 @@ class Allocation:
     round_s: float
 
     def describe(self) -> str:
-        return (f"{self.blocks} rounds of blocks a pair: within-pair sd {math.sqrt(self.within):.2%} a round, "
-                f"between-pair sd {math.sqrt(self.between):.2%}, {self.startup_s:.0f} s to open a pair, "
-                f"{self.round_s:.1f} s a round")
+        return (
+            f"{self.blocks} rounds of blocks a pair: within-pair sd {math.sqrt(self.within):.2%} a round, "
+            f"between-pair sd {math.sqrt(self.between):.2%}, {self.startup_s:.0f} s to open a pair, "
+            f"{self.round_s:.1f} s a round"
+        )
 
 
 #: bounds of the rounds of blocks a pair is given: two for the ABBA order, and few enough that a
@@ -177,8 +186,9 @@ class Allocation:
 MIN_BLOCKS, MAX_BLOCKS = 2, 40
 
 
-def blocks_per_pair(round_logs: Sequence[Sequence[float]], startup_s: float, round_s: float,
-                    current: int | None = None) -> Allocation | None:
+def blocks_per_pair(
+    round_logs: Sequence[Sequence[float]], startup_s: float, round_s: float, current: int | None = None
+) -> Allocation | None:
     """The rounds of blocks per pair that narrow the interval fastest per second of machine time.
 
     A pair costs ``startup_s`` (start, prepare and warm up every side) plus ``b`` rounds of

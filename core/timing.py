@@ -54,12 +54,17 @@ class TimingPlan:
     @classmethod
     def from_config(cls, config: RunConfig, steps_per_call: int) -> "TimingPlan":
         """The plan of a resolved RunConfig: its warm-up rule and step count or time box."""
+
         def whole(steps: int) -> int:
             return math.ceil(steps / steps_per_call)
 
-        return cls(warmup_calls=whole(config.warmup_steps), stable_warmup=config.warmup == "stable",
-                   timed_calls=whole(config.timed_steps) if config.timed_steps else None,
-                   time_box_s=config.time_s, steps_per_call=steps_per_call)
+        return cls(
+            warmup_calls=whole(config.warmup_steps),
+            stable_warmup=config.warmup == "stable",
+            timed_calls=whole(config.timed_steps) if config.timed_steps else None,
+            time_box_s=config.time_s,
+            steps_per_call=steps_per_call,
+        )
 
     @property
     def warmup_time_cap_s(self) -> float | None:
@@ -99,9 +104,13 @@ class ProcessUsage:
         known = [u for u in usages if u is not None]
         if not usages or len(known) != len(usages):
             return None
-        return cls(sum(u.cpu_user_s for u in known), sum(u.cpu_system_s for u in known),
-                   sum(u.minor_page_faults for u in known), known[-1].anon_huge_pages_bytes,
-                   known[-1].peak_resident_bytes)
+        return cls(
+            sum(u.cpu_user_s for u in known),
+            sum(u.cpu_system_s for u in known),
+            sum(u.minor_page_faults for u in known),
+            known[-1].anon_huge_pages_bytes,
+            known[-1].peak_resident_bytes,
+        )
 
     @classmethod
     def since(cls, before: ProcessUsage | None) -> ProcessUsage | None:
@@ -111,8 +120,13 @@ class ProcessUsage:
         after = cls.now()
         if before is None or after is None:
             return None
-        return cls(after.cpu_user_s - before.cpu_user_s, after.cpu_system_s - before.cpu_system_s,
-                   after.minor_page_faults - before.minor_page_faults, huge_page_bytes(), after.peak_resident_bytes)
+        return cls(
+            after.cpu_user_s - before.cpu_user_s,
+            after.cpu_system_s - before.cpu_system_s,
+            after.minor_page_faults - before.minor_page_faults,
+            huge_page_bytes(),
+            after.peak_resident_bytes,
+        )
 
 
 @dataclass(frozen=True)
@@ -169,9 +183,13 @@ class Timing:
         return self.timed_calls * self.steps_per_call
 
 
-def run_timed(step: Callable[[], float | None], plan: TimingPlan,
-              progress: Callable[[str, int, int | None], None] | None = None, meter: Meter | None = None,
-              first_steps: bool = False) -> Timing:
+def run_timed(
+    step: Callable[[], float | None],
+    plan: TimingPlan,
+    progress: Callable[[str, int, int | None], None] | None = None,
+    meter: Meter | None = None,
+    first_steps: bool = False,
+) -> Timing:
     """Warm up, then time calls of ``step`` as ``plan`` says; per-step times and the region's wall
     time, the energy ``meter`` counted over it, and (``first_steps``: these are the process's first
     calls of ``step``) when the first step and the warm-up ran."""
@@ -196,12 +214,24 @@ def run_timed(step: Callable[[], float | None], plan: TimingPlan,
     usage = ProcessUsage.since(usage_before)
     calls = len(marks) - 1
     step_times = [(b - a) / plan.steps_per_call for a, b in zip(marks, marks[1:])]
-    timed_rule = (f"counted: {calls * plan.steps_per_call} steps" if plan.timed_calls
-                  else f"time box {plan.time_box_s:g} s: {calls * plan.steps_per_call} steps")
-    return Timing(step_times=step_times, wall_time_s=marks[-1] - marks[0], timed_calls=calls,
-                  steps_per_call=plan.steps_per_call, losses=losses, warmup_calls=warmup_calls,
-                  warmup_rule=warmup_rule, timed_rule=timed_rule, usage=usage, energy=energy,
-                  startup=_marks(first, warmup_started, warmup_ended) if first_steps else None)
+    timed_rule = (
+        f"counted: {calls * plan.steps_per_call} steps"
+        if plan.timed_calls
+        else f"time box {plan.time_box_s:g} s: {calls * plan.steps_per_call} steps"
+    )
+    return Timing(
+        step_times=step_times,
+        wall_time_s=marks[-1] - marks[0],
+        timed_calls=calls,
+        steps_per_call=plan.steps_per_call,
+        losses=losses,
+        warmup_calls=warmup_calls,
+        warmup_rule=warmup_rule,
+        timed_rule=timed_rule,
+        usage=usage,
+        energy=energy,
+        startup=_marks(first, warmup_started, warmup_ended) if first_steps else None,
+    )
 
 
 def _marks(step: _FirstCall, warmup_started: float, warmup_ended: float) -> StartupMarks | None:
@@ -224,9 +254,11 @@ def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bo
     return done < MIN_TIMED_CALLS or (deadline is not None and now < deadline)
 
 
-def warm_up(step: Callable[[], float | None], plan: TimingPlan,
-            report: Callable[[str, int, int | None], None] = lambda *_: None) -> tuple[int, str]:
+def warm_up(
+    step: Callable[[], float | None], plan: TimingPlan, report: Callable[[str, int, int | None], None] = lambda *_: None
+) -> tuple[int, str]:
     """Run the warm-up; return the calls it took and why it ended."""
+
     def steps(calls: int) -> int:
         return calls * plan.steps_per_call
 
@@ -243,11 +275,11 @@ def warm_up(step: Callable[[], float | None], plan: TimingPlan,
         times.append(time.perf_counter() - before)
         report("warmup", len(times), plan.warmup_calls)
         if _stable(times):
-            return len(times), (f"stable after {steps(len(times))} steps (last {STABLE_WINDOW} within "
-                                f"{STABLE_SPREAD:.0%} of their median)")
+            return len(times), (
+                f"stable after {steps(len(times))} steps (last {STABLE_WINDOW} within {STABLE_SPREAD:.0%} of their median)"
+            )
         if cap_s is not None and time.perf_counter() - started >= cap_s:
-            return len(times), (f"time cap {cap_s:g} s reached after {steps(len(times))} steps, "
-                                f"before the step time was stable")
+            return len(times), (f"time cap {cap_s:g} s reached after {steps(len(times))} steps, before the step time was stable")
     return len(times), f"cap of {steps(plan.warmup_calls)} steps reached before the step time was stable"
 
 

@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 def presets() -> dict[str, dict[str, Any]]:
     """Defaults per dataset preset (the manifest says which), every field overridable. Recipes
     are data (``data/train_presets.json``), including the model each was written for."""
-    found: dict[str, dict[str, Any]] = json.loads(
-        resources.files("accelbench").joinpath("data/train_presets.json").read_text())
+    found: dict[str, dict[str, Any]] = json.loads(resources.files("accelbench").joinpath("data/train_presets.json").read_text())
     return found
 
 
@@ -47,25 +46,28 @@ class TrainSpec:
     the command line means "not given" (the dataset preset's value, then the default, stands)."""
 
     dataset: str
-    target_top1: float = field(metadata=flag(
-        "Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).", "finite"))
+    target_top1: float = field(
+        metadata=flag("Stop at this held-out top-1 (0..1; default 0.95 digits, 0.759 ImageNet).", "finite")
+    )
     max_epochs: int = field(metadata=flag("Epoch budget (default 20 digits, 90 ImageNet).", "int"))
     eval_every: int = field(default=1, metadata=flag("Evaluate every N epochs (default 1).", "int"))
     stop_at_target: bool = field(default=True, metadata=flag("Stop when the target is reached (default on).", "bool"))
-    augmentation: str = field(default="none", metadata=flag(
-        "Training augmentation (default: the preset's).", choices=("none", "imagenet")))
+    augmentation: str = field(
+        default="none", metadata=flag("Training augmentation (default: the preset's).", choices=("none", "imagenet"))
+    )
     #: learning rate per 256 images: the run uses base * global_batch / 256
-    base_learning_rate: float = field(default=0.1, metadata=flag(
-        "Learning rate per 256 images (scaled by batch/256).", "finite", name="base_lr"))
+    base_learning_rate: float = field(
+        default=0.1, metadata=flag("Learning rate per 256 images (scaled by batch/256).", "finite", name="base_lr")
+    )
     warmup_epochs: float = field(default=0.0, metadata=flag("Linear warm-up epochs (default 5 ImageNet).", "finite"))
-    decay_epochs: tuple[int, ...] = field(default=(), metadata=flag(
-        "Epochs of the x decay-factor steps, e.g. 30,60,80.", "int_list"))
+    decay_epochs: tuple[int, ...] = field(
+        default=(), metadata=flag("Epochs of the x decay-factor steps, e.g. 30,60,80.", "int_list")
+    )
     decay_factor: float = field(default=0.1, metadata=flag("Step decay factor (default 0.1).", "finite"))
     momentum: float = field(default=0.9, metadata=flag("SGD momentum (default 0.9).", "finite"))
     nesterov: bool = field(default=False, metadata=flag("Nesterov momentum (default off).", "bool"))
     #: L2 weight decay on convolution and dense weights, never on batch-norm parameters or biases
-    weight_decay: float = field(default=1e-4, metadata=flag(
-        "L2 on weights, not batch-norm parameters (default 1e-4).", "finite"))
+    weight_decay: float = field(default=1e-4, metadata=flag("L2 on weights, not batch-norm parameters (default 1e-4).", "finite"))
     label_smoothing: float = field(default=0.0, metadata=flag("Label smoothing (default 0).", "finite"))
 
     @classmethod
@@ -105,8 +107,14 @@ class TrainingResult:
     steady: Timing | None = None
 
 
-def train(backend: Backend, spec: TrainSpec, steps_per_epoch: int, global_batch: int,
-          progress: Callable[[str, int, int], None] | None = None, meter: Meter | None = None) -> TrainingResult:
+def train(
+    backend: Backend,
+    spec: TrainSpec,
+    steps_per_epoch: int,
+    global_batch: int,
+    progress: Callable[[str, int, int], None] | None = None,
+    meter: Meter | None = None,
+) -> TrainingResult:
     """Train epoch by epoch, evaluating every ``eval_every`` epochs (and after the last one).
 
     Wall time counts everything from the first step: training, evaluation, the input pipeline,
@@ -123,13 +131,17 @@ def train(backend: Backend, spec: TrainSpec, steps_per_epoch: int, global_batch:
     for epoch in range(1, spec.max_epochs + 1):
         rates = epoch_rates(spec, epoch, steps_per_epoch, global_batch)
         feed = iter(rates)
-        timing = run_timed(lambda: backend.train_step(next(feed)), TimingPlan(0, timed_calls=steps_per_epoch),
-                           meter=meter if epoch > 1 else None, first_steps=epoch == 1)
+        timing = run_timed(
+            lambda: backend.train_step(next(feed)),
+            TimingPlan(0, timed_calls=steps_per_epoch),
+            meter=meter if epoch > 1 else None,
+            first_steps=epoch == 1,
+        )
         result.train_time_s += timing.wall_time_s
         finite = [x for x in timing.losses if x is not None]
-        row = CurvePoint(epoch, rates[-1],
-                       sum(finite) / len(finite) if finite else None, result.train_time_s,
-                       time.perf_counter() - start)
+        row = CurvePoint(
+            epoch, rates[-1], sum(finite) / len(finite) if finite else None, result.train_time_s, time.perf_counter() - start
+        )
         if epoch == 1:
             first = timing
             marks = timing.startup and dataclasses.replace(timing.startup, warmup_ended=time.monotonic())
@@ -150,17 +162,31 @@ def train(backend: Backend, spec: TrainSpec, steps_per_epoch: int, global_batch:
             break
     result.wall_time_s = time.perf_counter() - start
     if steady_times:
-        result.steady = Timing(step_times=steady_times, wall_time_s=sum(steady_times),
-                               timed_calls=len(steady_times), steps_per_call=1, losses=steady_losses,
-                               warmup_calls=first.timed_calls, warmup_rule="the first epoch",
-                               timed_rule="the epochs after the first",
-                               energy=EnergyUse.summed(energies) if meter else None, startup=marks,
-                               usage=ProcessUsage.summed(usages))
+        result.steady = Timing(
+            step_times=steady_times,
+            wall_time_s=sum(steady_times),
+            timed_calls=len(steady_times),
+            steps_per_call=1,
+            losses=steady_losses,
+            warmup_calls=first.timed_calls,
+            warmup_rule="the first epoch",
+            timed_rule="the epochs after the first",
+            energy=EnergyUse.summed(energies) if meter else None,
+            startup=marks,
+            usage=ProcessUsage.summed(usages),
+        )
     else:  # one epoch only: its steps, graph building included, are all there is, and none was excluded
-        result.steady = Timing(step_times=first.step_times, wall_time_s=first.wall_time_s,
-                               timed_calls=first.timed_calls, steps_per_call=1, losses=first.losses,
-                               warmup_rule="none: one epoch ran, so it is timed, graph building included",
-                               timed_rule="the one epoch", startup=marks, usage=first.usage)
+        result.steady = Timing(
+            step_times=first.step_times,
+            wall_time_s=first.wall_time_s,
+            timed_calls=first.timed_calls,
+            steps_per_call=1,
+            losses=first.losses,
+            warmup_rule="none: one epoch ran, so it is timed, graph building included",
+            timed_rule="the one epoch",
+            startup=marks,
+            usage=first.usage,
+        )
     return result
 
 
@@ -184,24 +210,33 @@ def _evaluate(backend: Backend, row: CurvePoint, result: TrainingResult, start: 
     row.wall_time_s = time.perf_counter() - start
 
 
-def summary(result: TrainingResult, spec: TrainSpec, global_batch: int,
-            preprocessing: dict[str, Any] | None = None) -> Training:
+def summary(result: TrainingResult, spec: TrainSpec, global_batch: int, preprocessing: dict[str, Any] | None = None) -> Training:
     """The record's ``training`` block from the worker's result (no cost yet: ``accelbench.cost``
     prices it)."""
     evaluated = [row for row in result.curve if row.eval_accuracy is not None]
     best = max(evaluated, key=lambda row: row.eval_accuracy or 0.0, default=None)
     epochs = len(result.curve)
     return Training(
-        dataset=spec.dataset, target_top1=spec.target_top1, target_reached=result.epochs_to_target is not None,
-        epochs_to_target=result.epochs_to_target, time_to_target_s=result.time_to_target_s,
-        best_eval_accuracy=best.eval_accuracy if best else None, best_epoch=best.epoch_num if best else None,
-        epochs_run=epochs, wall_time_s=result.wall_time_s, train_time_s=result.train_time_s,
+        dataset=spec.dataset,
+        target_top1=spec.target_top1,
+        target_reached=result.epochs_to_target is not None,
+        epochs_to_target=result.epochs_to_target,
+        time_to_target_s=result.time_to_target_s,
+        best_eval_accuracy=best.eval_accuracy if best else None,
+        best_epoch=best.epoch_num if best else None,
+        epochs_run=epochs,
+        wall_time_s=result.wall_time_s,
+        train_time_s=result.train_time_s,
         eval_time_s=result.eval_time_s,
         train_images_per_sec=epochs * result.steps_per_epoch * global_batch / result.train_time_s
-        if result.train_time_s > 0 else None,
-        global_batch_size=global_batch, opt_base_learning_rate=spec.peak_learning_rate(global_batch),
-        recipe=spec.to_dict(), curve=list(result.curve),
-        preprocessing=preprocessing or {})
+        if result.train_time_s > 0
+        else None,
+        global_batch_size=global_batch,
+        opt_base_learning_rate=spec.peak_learning_rate(global_batch),
+        recipe=spec.to_dict(),
+        curve=list(result.curve),
+        preprocessing=preprocessing or {},
+    )
 
 
 def run_config_data(dataset: dict[str, Any], run: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
@@ -216,8 +251,15 @@ def run_config_data(dataset: dict[str, Any], run: dict[str, Any], spec: dict[str
     train["dataset"] = dataset["root"]
     train = TrainSpec.from_dict(train).to_dict()  # every field, defaults included, in the record
     given = {k: v for k, v in run.items() if v is not None}
-    data = {"mode": "train", "data": dataset["name"], "model": preset["model"], "trials": 1,
-            "num_classes": dataset["num_classes"], "train": train, "warmup_steps": 0}
+    data = {
+        "mode": "train",
+        "data": dataset["name"],
+        "model": preset["model"],
+        "trials": 1,
+        "num_classes": dataset["num_classes"],
+        "train": train,
+        "warmup_steps": 0,
+    }
     if "global_batch" not in given and "per_device_batch" not in given:
         data["global_batch"] = preset["global_batch"]
     data["image_size"] = preset["image_size"] or dataset["image"]["height"]
@@ -231,8 +273,17 @@ def describe_preprocessing(config: RunConfig, dataset: dict[str, Any], imagenet:
     """What a backend's input pipelines did, for the record; ``imagenet`` says how this
     framework's pipeline crops for training and evaluation under the ImageNet augmentation."""
     augmentation = config.train_spec["augmentation"]
-    steps = imagenet if augmentation == "imagenet" else {
-        "train": "none (resize only if the stored size differs)", "eval": "same as train"}
-    return {"augmentation": augmentation, **steps, "normalise": "per-channel (x - mean) / std of the training split",
-            "mean": dataset["image"]["mean"], "std": dataset["image"]["std"], "image_size": config.image_size,
-            "pipeline": pipeline}
+    steps = (
+        imagenet
+        if augmentation == "imagenet"
+        else {"train": "none (resize only if the stored size differs)", "eval": "same as train"}
+    )
+    return {
+        "augmentation": augmentation,
+        **steps,
+        "normalise": "per-channel (x - mean) / std of the training split",
+        "mean": dataset["image"]["mean"],
+        "std": dataset["image"]["std"],
+        "image_size": config.image_size,
+        "pipeline": pipeline,
+    }

@@ -43,15 +43,13 @@ def validator(name: str) -> Any:  # a jsonschema Validator (its classes are made
     schema = load(name)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    registry = Registry().with_resources(
-        (doc["$id"], Resource.from_contents(doc)) for doc in map(load, _all_names()))
+    registry = Registry().with_resources((doc["$id"], Resource.from_contents(doc)) for doc in map(load, _all_names()))
     return cls(schema, registry=registry, format_checker=cls.FORMAT_CHECKER)
 
 
 def _all_names() -> list[str]:
     folder = resources.files("accelbench.schemas")
-    return sorted(p.name.removesuffix(".schema.json") for p in folder.iterdir()
-                  if p.name.endswith(".schema.json"))
+    return sorted(p.name.removesuffix(".schema.json") for p in folder.iterdir() if p.name.endswith(".schema.json"))
 
 
 def errors(name: str, document: Any) -> list[str]:

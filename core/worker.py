@@ -115,8 +115,9 @@ class _Session:
         return {
             "check": lambda: self.backend.check(self.config),
             "prepare": lambda: self._prepared(self.backend.prepare(self.config), "prepare"),
-            "prepare_training": lambda: self._prepared(self.backend.prepare_training(self.config, self._dataset),
-                                                       "prepare_training"),
+            "prepare_training": lambda: self._prepared(
+                self.backend.prepare_training(self.config, self._dataset), "prepare_training"
+            ),
             "train": self._train,
             "write_dataset": self.backend.write_dataset,
             "read_dataset": self.backend.read_dataset,
@@ -147,8 +148,9 @@ class _Session:
     def _train(self) -> training.TrainingResult:
         spec = training.TrainSpec.from_dict(self.config.train_spec)
         batch = self.config.resolved_global_batch
-        return training.train(self.backend, spec, training.steps_per_epoch(self._dataset, batch), batch,
-                              progress=self._progress, meter=self._meter)
+        return training.train(
+            self.backend, spec, training.steps_per_epoch(self._dataset, batch), batch, progress=self._progress, meter=self._meter
+        )
 
     def _run(self) -> Timing:
         """The timing loop of ``accelbench run``: the config's warm-up, then its timed calls."""
@@ -165,13 +167,18 @@ class _Session:
         """``calls`` calls through the same timing loop (the pipe not timed): pytest-benchmark's
         rounds and lockstep's blocks."""
         first, self.stepped = not self.stepped, True
-        return run_timed(self.backend.step, TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call),
-                         meter=self._meter, first_steps=first)
+        return run_timed(
+            self.backend.step,
+            TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call),
+            meter=self._meter,
+            first_steps=first,
+        )
 
     def _matmul(self, calls: int, repeats: int) -> list[Timing]:
         """Repeats of a timed region of matrix products (``accelbench peak``)."""
-        return [run_timed(self.backend.matmul, TimingPlan(warmup_calls=2 if r == 0 else 0, timed_calls=calls))
-                for r in range(repeats)]
+        return [
+            run_timed(self.backend.matmul, TimingPlan(warmup_calls=2 if r == 0 else 0, timed_calls=calls)) for r in range(repeats)
+        ]
 
     @functools.cached_property
     def _meter(self) -> energy.Meter:
@@ -206,8 +213,7 @@ def _installed(modules: list[str], requirements: list[str]) -> dict[str, Any]:
             continue
     from .environment import lock
 
-    return {"python": sys.executable, "python_version": platform.python_version(), "packages": packages,
-            "lock": lock()}
+    return {"python": sys.executable, "python_version": platform.python_version(), "packages": packages, "lock": lock()}
 
 
 class ContractError(TypeError):
@@ -232,8 +238,12 @@ def _device_memory(backend: Backend) -> DeviceMemory:
         return DeviceMemory(None, reason=f"device_memory() raised {_describe(exc)}")
     peak = getattr(found, "peak_bytes", "missing")
     if not isinstance(found, DeviceMemory) or not (peak is None or (isinstance(peak, int) and peak >= 0)):
-        return DeviceMemory(None, reason=f"device_memory() must return accelbench.DeviceMemory with peak_bytes an "
-                                         f"integer >= 0 or None, not {found!r}"[:300])
+        return DeviceMemory(
+            None,
+            reason=f"device_memory() must return accelbench.DeviceMemory with peak_bytes an integer >= 0 or None, not {found!r}"[
+                :300
+            ],
+        )
     return found
 
 

@@ -41,9 +41,16 @@ class Worker:
     frameworks print goes to a log file, not the user's terminal.
     """
 
-    def __init__(self, ref: BackendRef, config: RunConfig, timeout_s: float | None = None,
-                 env: dict[str, str] | None = None, label: str = "worker", launcher: list[str] | None = None,
-                 python: str | None = None):
+    def __init__(
+        self,
+        ref: BackendRef,
+        config: RunConfig,
+        timeout_s: float | None = None,
+        env: dict[str, str] | None = None,
+        label: str = "worker",
+        launcher: list[str] | None = None,
+        python: str | None = None,
+    ):
         self.label = label
         self.conn, child = multiprocessing.Pipe()
         fd, self.log_path = tempfile.mkstemp(prefix=f"accelbench-{ref.id.replace(':', '-')}-{label}-", suffix=".log")
@@ -52,9 +59,16 @@ class Worker:
         with os.fdopen(fd, "w") as log:
             self.process = subprocess.Popen(
                 [*(launcher or []), python or sys.executable, "-m", "accelbench.worker", str(child.fileno())],
-                pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**_inherited_environment(python), **allocators.worker_environment(config.allocator, config.huge_pages),
-                     **(env or {})})
+                pass_fds=[child.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env={
+                    **_inherited_environment(python),
+                    **allocators.worker_environment(config.allocator, config.huge_pages),
+                    **(env or {}),
+                },
+            )
         child.close()
         # so the worker imports plugins exactly as the host did; another Python keeps its own
         # packages and gets only the host's extra paths (plugins on PYTHONPATH)
@@ -66,8 +80,9 @@ class Worker:
             self.kill()
             self.conn.close()
             self.discard_log()
-            raise WorkerFailure("failed", f"the backend cannot be sent to its worker process: pickling it "
-                                          f"raised {type(exc).__name__}: {exc}") from None
+            raise WorkerFailure(
+                "failed", f"the backend cannot be sent to its worker process: pickling it raised {type(exc).__name__}: {exc}"
+            ) from None
         self.timeout_s = timeout_s or config.timeout_s
         self.memory_limit_mb = config.memory_limit_mb
         self.deadline = time.monotonic() + self.timeout_s
@@ -122,8 +137,11 @@ class Worker:
         used = memwatch.tree_rss_mb(self.process.pid)
         if used is not None and used > self.memory_limit_mb:
             self.kill()
-            raise WorkerFailure("failed", f"out of memory: the worker held {used:.0f} MB resident, over the "
-                                          f"{self.memory_limit_mb} MB limit (--memory-limit-mb), during {self.phase}")
+            raise WorkerFailure(
+                "failed",
+                f"out of memory: the worker held {used:.0f} MB resident, over the "
+                f"{self.memory_limit_mb} MB limit (--memory-limit-mb), during {self.phase}",
+            )
 
     def name_log(self) -> str:
         """The log's path, for a record that names it (so it is kept)."""
@@ -138,8 +156,7 @@ class Worker:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
-                raise WorkerFailure("timeout", f"no result within the {self.timeout_s:g} s timeout "
-                                               f"(stopped during {self.phase})")
+                raise WorkerFailure("timeout", f"no result within the {self.timeout_s:g} s timeout (stopped during {self.phase})")
             # without a limit, one wait: a host that wakes up often steals a core from the framework
             if self.conn.poll(min(remaining, MEMORY_CHECK_INTERVAL_S) if self.memory_limit_mb else remaining):
                 break
@@ -148,8 +165,7 @@ class Worker:
             message: tuple[Any, ...] = self.conn.recv()
             return message
         except (EOFError, ConnectionResetError):
-            raise WorkerFailure("failed", f"worker process died during {self.phase}: "
-                                          f"{_exit_text(self.wait_exit(5))}") from None
+            raise WorkerFailure("failed", f"worker process died during {self.phase}: {_exit_text(self.wait_exit(5))}") from None
 
     def request_exit(self) -> None:
         if self.process.poll() is None and not self.conn.closed:
@@ -196,8 +212,7 @@ def _extra_paths() -> list[str]:
     """The host's import paths that are neither its standard library nor installed packages."""
     installed = ("site-packages", "dist-packages")
     prefixes = (sys.base_prefix, sys.prefix, sys.exec_prefix)
-    return [p for p in sys.path if p and not any(part in p for part in installed)
-            and not p.startswith(prefixes)]
+    return [p for p in sys.path if p and not any(part in p for part in installed) and not p.startswith(prefixes)]
 
 
 def _exit_text(code: int | None) -> str:

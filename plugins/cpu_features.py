@@ -20,8 +20,7 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 #: oneDNN's instruction-set ceilings that hold no bf16 dot product: under one of them oneDNN
 #: computes bf16 in fp32 whatever the CPU has (AVX2_VNNI_2 converts bf16, it does not multiply it)
-CEILINGS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
-                                   "AVX512_CORE_VNNI"})
+CEILINGS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"})
 #: where oneDNN reads its ceiling: 3.x (TensorFlow's, PyTorch's) ONEDNN_MAX_CPU_ISA before the older
 #: name; 2.x (mxnet 1.9.1's) only DNNL_MAX_CPU_ISA
 ONEDNN_CEILING_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
@@ -39,11 +38,15 @@ def bf16_emulation_warning(flags: frozenset[str], ceiling: str | None = None) ->
     """A warning for a bf16 run that has no native bf16: on a CPU without it, or under a oneDNN
     ceiling (``onednn_ceiling``) below it. None when native, or the flags are unknown."""
     if flags and not flags & NATIVE_BF16_FLAGS:
-        return ("bf16 is emulated on this CPU (neither avx512_bf16 nor amx_bf16 in its flags): "
-                "expect it several times slower than fp32; the figure measures the emulation")
+        return (
+            "bf16 is emulated on this CPU (neither avx512_bf16 nor amx_bf16 in its flags): "
+            "expect it several times slower than fp32; the figure measures the emulation"
+        )
     if ceiling and ceiling.partition("=")[2].upper() in CEILINGS_WITHOUT_BF16:
-        return (f"bf16 is emulated: oneDNN's instruction-set ceiling {ceiling} holds no bf16 instructions, "
-                "whatever this CPU has; the figure measures the emulation")
+        return (
+            f"bf16 is emulated: oneDNN's instruction-set ceiling {ceiling} holds no bf16 instructions, "
+            "whatever this CPU has; the figure measures the emulation"
+        )
     return None
 
 
@@ -63,8 +66,10 @@ def onednn_verbose_read_back(log: str) -> dict[str, str | None]:
     """The instruction set oneDNN says it runs on and the kernel of the first convolution in its
     verbose log (None for either it did not print)."""
     isa, convolution = _VERBOSE_ISA.search(log), _VERBOSE_CONVOLUTION.search(log)
-    return {"onednn_isa": isa.group(1).strip() if isa else None,
-            "onednn_convolution": convolution.group(1) if convolution else None}
+    return {
+        "onednn_isa": isa.group(1).strip() if isa else None,
+        "onednn_convolution": convolution.group(1) if convolution else None,
+    }
 
 
 class CapturedOutput:
@@ -99,9 +104,14 @@ class OnednnProbe:
     timeout_s = 120
 
     def __init__(self, module: str, args: tuple[str, ...], verbose_variable: str):
-        self.process = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        env={**os.environ, verbose_variable: "1"})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, verbose_variable: "1"},
+        )
         self.result: dict[str, str | None] | None = None
 
     def read_back(self) -> dict[str, str | None]:
@@ -118,8 +128,12 @@ class OnednnProbe:
         return self.result
 
 
-def bf16_emulation_from_onednn(framework: str, read_back: dict[str, str | None], flags: frozenset[str],
-                               ceiling_variables: tuple[str, ...] = ONEDNN_CEILING_VARIABLES) -> str | None:
+def bf16_emulation_from_onednn(
+    framework: str,
+    read_back: dict[str, str | None],
+    flags: frozenset[str],
+    ceiling_variables: tuple[str, ...] = ONEDNN_CEILING_VARIABLES,
+) -> str | None:
     """A warning for a bf16 run from the kernel oneDNN ran a bf16 convolution with (``read_back``:
     ``onednn_verbose_read_back``): its name ends in the instruction set it runs ("brg_conv_fwd:
     avx512_core_bf16", "jit_bf16:avx512_core"), emulated where that set holds no bf16 dot product.
@@ -127,9 +141,11 @@ def bf16_emulation_from_onednn(framework: str, read_back: dict[str, str | None],
     kernel = read_back.get("onednn_convolution") or ""
     kernel_isa = kernel.rpartition(":")[2].upper() if ":" in kernel else ""
     if kernel_isa in CEILINGS_WITHOUT_BF16:
-        return (f"bf16 is emulated: {framework}'s oneDNN ran its bf16 convolution with {kernel!r} on "
-                f"{read_back.get('onednn_isa')!r} (read back from oneDNN), without bf16 instructions; "
-                "the figure measures the emulation")
+        return (
+            f"bf16 is emulated: {framework}'s oneDNN ran its bf16 convolution with {kernel!r} on "
+            f"{read_back.get('onednn_isa')!r} (read back from oneDNN), without bf16 instructions; "
+            "the figure measures the emulation"
+        )
     if "BF16" in kernel_isa or "AMX" in kernel_isa:
         return None
     return bf16_emulation_warning(flags, onednn_ceiling(ceiling_variables))
@@ -153,8 +169,7 @@ def request_amx_tiles() -> bool:
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return False
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM),
-                 ctypes.c_long(_XFEATURE_XTILEDATA))
+    libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM), ctypes.c_long(_XFEATURE_XTILEDATA))
     permitted = ctypes.c_uint64(0)
     if libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_GET_XCOMP_PERM), ctypes.byref(permitted)):
         return False

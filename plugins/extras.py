@@ -18,8 +18,11 @@ def extra(name: str) -> tuple[str, ...]:
     found = []
     for text in declared:
         requirement = Requirement(text)
-        if requirement.marker is not None and requirement.marker.evaluate({"extra": name}) \
-                and not requirement.marker.evaluate({"extra": ""}):
+        if (
+            requirement.marker is not None
+            and requirement.marker.evaluate({"extra": name})
+            and not requirement.marker.evaluate({"extra": ""})
+        ):
             requirement.marker = None
             found.append(str(requirement))
     return tuple(found)

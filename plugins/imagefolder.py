@@ -25,8 +25,13 @@ def write(examples: list[tuple[str, int]], stem: str) -> list[str]:
 def samples(root: str) -> list[tuple[str, int]]:
     """(path, label) of every image, in the split's stored order; the label is the folder's
     number (not its rank among the folders present, which would shift when a class is missing)."""
-    found = [(str(path), int(folder.name)) for folder in Path(root).iterdir() if folder.is_dir()
-             for path in folder.iterdir() if path.is_file()]
+    found = [
+        (str(path), int(folder.name))
+        for folder in Path(root).iterdir()
+        if folder.is_dir()
+        for path in folder.iterdir()
+        if path.is_file()
+    ]
     return sorted(found, key=lambda sample: Path(sample[0]).name)
 
 

@@ -47,8 +47,7 @@ class TfConfigEngine(Engine):
 
     def local(self, cluster: LocalCluster) -> LaunchPlan:
         addresses = [f"{cluster.host}:{cluster.free_port()}" for _ in range(cluster.workers)]
-        return LaunchPlan(self.name, cluster.workers,
-                          [tf_config_env(addresses, rank) for rank in range(cluster.workers)])
+        return LaunchPlan(self.name, cluster.workers, [tf_config_env(addresses, rank) for rank in range(cluster.workers)])
 
     def rank(self, cluster: ClusterRank) -> LaunchPlan:
         if len(cluster.peers) != cluster.workers:
@@ -90,11 +89,13 @@ class TfBackend(RunBackend):
             self.operands = [tf.cast(tf.random.normal((size, size), seed=seed), dtype) for seed in (1, 2)]
         # one element brought to the host: the product has finished (and none of it is skipped)
         self.product = tf.function(lambda a, b: tf.matmul(a, b)[0, 0])
-        return Prepared(device_name=_device_name(tf, config, [name]), framework_version=tf.__version__,
-                        settings={"onednn": onednn_setting(),
-                                  "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()},
-                        # a product oneDNN is not asked about: told from the CPU, the ceiling and the switch
-                        warnings=cpu_precision_warnings(config, onednn_unread()))
+        return Prepared(
+            device_name=_device_name(tf, config, [name]),
+            framework_version=tf.__version__,
+            settings={"onednn": onednn_setting(), "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()},
+            # a product oneDNN is not asked about: told from the CPU, the ceiling and the switch
+            warnings=cpu_precision_warnings(config, onednn_unread()),
+        )
 
     def matmul(self) -> None:
         self.product(*self.operands).numpy()
@@ -116,8 +117,7 @@ def import_tensorflow(config: RunConfig | None):
     if config.device == "cpu" and config.resolved_device_count > 1:
         # N logical CPU devices, so the multi-device (MirroredStrategy) path runs on a CPU machine
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * config.resolved_device_count)
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * config.resolved_device_count)
     return tf
 
 
@@ -153,7 +153,7 @@ def make_strategy(tf, config: RunConfig):
     if config.resolved_device_count == 1:
         return tf.distribute.get_strategy()  # the default strategy: no replication overhead
     kind = "GPU" if config.device == "gpu" else "CPU"
-    devices = [d.name for d in tf.config.list_logical_devices(kind)][:config.resolved_device_count]
+    devices = [d.name for d in tf.config.list_logical_devices(kind)][: config.resolved_device_count]
     return tf.distribute.MirroredStrategy(devices=devices)
 
 
@@ -167,11 +167,17 @@ def configure_coordination(tf, config: RunConfig) -> None:
 
     cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
     # the message class context.py configures the service with (its module moves between releases)
-    jobs = [context.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster.num_tasks(job))
-            for job in ("chief", "worker") if job in cluster.jobs]
+    jobs = [
+        context.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster.num_tasks(job))
+        for job in ("chief", "worker")
+        if job in cluster.jobs
+    ]
     context.context().configure_coordination_service(
-        service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
-        coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(config.timeout_s * 1000))
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(cluster),
+        coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=int(config.timeout_s * 1000),
+    )
 
 
 def coordination_settings(tf, config: RunConfig) -> dict[str, Any]:
@@ -189,7 +195,9 @@ ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 ONEDNN_OPTION = Option(
     "TensorFlow's oneDNN ops on a CPU (default true: TF 2.21 leaves them off on a CPU without AVX-512 "
     "VNNI/bf16 or AMX, where they were measured faster; false: TensorFlow's own choice; a "
-    "TF_ENABLE_ONEDNN_OPTS in the environment stands either way)", kind="bool")
+    "TF_ENABLE_ONEDNN_OPTS in the environment stands either way)",
+    kind="bool",
+)
 #: set when this process asked TensorFlow for its oneDNN ops itself (the plugin's option, not the user)
 _asked_by_plugin = False
 
@@ -272,8 +280,7 @@ def resnet50(keras, variant: str | None, input_shape: tuple[int, int, int], num_
     that subtracts any bias again (their gradients and updates cost 2% of a 2-core CPU step); the
     stem's max pooling with TensorFlow's "SAME" padding instead of an explicit zero-padding layer;
     for v1.5 each downsampling block's stride moves from its 1x1 to its 3x3 convolution."""
-    model = keras.applications.ResNet50(weights=None, input_shape=input_shape,
-                                        classes=num_classes, classifier_activation=None)
+    model = keras.applications.ResNet50(weights=None, input_shape=input_shape, classes=num_classes, classifier_activation=None)
     config = model.get_config()
     for layer in config["layers"]:
         if layer["class_name"] == "Conv2D":
@@ -384,8 +391,12 @@ class TrainingRun:
         with tf.GradientTape() as tape:
             logits = tf.cast(self.model(images, training=True), tf.float32)  # fp32 loss, as both references
             data_loss = tf.reduce_sum(self._cross_entropy(labels, logits)) / cfg.resolved_global_batch
-            loss = data_loss + self.recipe.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in self.decayed]) \
+            loss = (
+                data_loss
+                + self.recipe.weight_decay
+                * tf.add_n([tf.nn.l2_loss(v) for v in self.decayed])
                 / self.strategy.num_replicas_in_sync
+            )
             scaled = self.optimizer.get_scaled_loss(loss) if self.policy == "mixed_float16" else loss
         grads = tape.gradient(scaled, self.model.trainable_variables)
         if self.policy == "mixed_float16":
@@ -451,17 +462,20 @@ class TrainingRun:
             settings={
                 "keras": f"tf-keras {_version(KERAS_PACKAGE)} (Keras 2)",
                 "optimizer": "legacy SGD" + (" + loss scaling" if self.policy == "mixed_float16" else ""),
-                "learning_rate": float(self.optimizer.learning_rate.numpy()) if hasattr(
-                    self.optimizer.learning_rate, "numpy") else self.optimizer.learning_rate,
-                "momentum": self.recipe.momentum, "nesterov": self.recipe.nesterov,
-                "weight_decay": self.recipe.weight_decay, "label_smoothing": self.recipe.label_smoothing,
+                "learning_rate": float(self.optimizer.learning_rate.numpy())
+                if hasattr(self.optimizer.learning_rate, "numpy")
+                else self.optimizer.learning_rate,
+                "momentum": self.recipe.momentum,
+                "nesterov": self.recipe.nesterov,
+                "weight_decay": self.recipe.weight_decay,
+                "label_smoothing": self.recipe.label_smoothing,
                 "mixed_precision_policy": self.policy,
                 "variable_dtype": self.model.trainable_variables[0].dtype.name,
-                "compute_dtype": next(layer.compute_dtype for layer in self.model.layers
-                                      if type(layer).__name__ == "Conv2D"),
+                "compute_dtype": next(layer.compute_dtype for layer in self.model.layers if type(layer).__name__ == "Conv2D"),
                 "jit_compile": self.recipe.jit_compile,
                 "steps_per_call": self.recipe.steps_per_call,
-                "strategy": type(self.strategy).__name__, "replicas": self.strategy.num_replicas_in_sync,
+                "strategy": type(self.strategy).__name__,
+                "replicas": self.strategy.num_replicas_in_sync,
                 "devices": list(devices),
                 "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                 "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
@@ -469,10 +483,10 @@ class TrainingRun:
                 **onednn,
                 **coordination_settings(tf, self.config),
                 "data_format": "channels_last",
-                "conv_biases": any(layer.use_bias for layer in self.model.layers
-                                   if type(layer).__name__ == "Conv2D"),
+                "conv_biases": any(layer.use_bias for layer in self.model.layers if type(layer).__name__ == "Conv2D"),
                 **settings,
-            })
+            },
+        )
 
 
 def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> list[str]:
@@ -488,7 +502,8 @@ def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> 
     else:
         warning = bf16_emulation_warning(cpu_flags()) or (
             f"bf16 is emulated: TensorFlow's oneDNN ops are {onednn_setting()}, and its Eigen kernels "
-            "compute bf16 in fp32; the figure measures the emulation")
+            "compute bf16 in fp32; the figure measures the emulation"
+        )
     return [warning] if warning else []
 
 

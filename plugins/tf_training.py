@@ -31,7 +31,7 @@ def write_tfrecords(examples: list[tuple[str, int]], stem: str) -> list[str]:
     paths = [f"{stem}-{i:05d}-of-{shards:05d}.tfrecord" for i in range(shards)]
     for i, path in enumerate(paths):
         with tf.io.TFRecordWriter(path) as writer:
-            for image_path, label in examples[i * SHARD_EXAMPLES:(i + 1) * SHARD_EXAMPLES]:
+            for image_path, label in examples[i * SHARD_EXAMPLES : (i + 1) * SHARD_EXAMPLES]:
                 writer.write(_example(tf, image_path, label).SerializeToString())
     return paths
 
@@ -43,10 +43,16 @@ def _example(tf, image_path: str, label: int):
     def raw(value: bytes):
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/encoded": raw(data), "image/format": raw(kind),
-        "image/filename": raw(os.path.basename(image_path).encode()),
-        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}))
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/encoded": raw(data),
+                "image/format": raw(kind),
+                "image/filename": raw(os.path.basename(image_path).encode()),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+            }
+        )
+    )
 
 
 FEATURES = ("image/encoded", "image/class/label")
@@ -55,13 +61,11 @@ FEATURES = ("image/encoded", "image/class/label")
 def read_tfrecords(files: list[str]) -> list[tuple[str, int]]:
     """(sha256 of the stored image bytes, label) of every record, in file order."""
     tf = import_tensorflow(None)
-    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string), "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
     out = []
     for record in tf.data.TFRecordDataset(files):
         parsed = tf.io.parse_single_example(record, spec)
-        out.append((hashlib.sha256(parsed["image/encoded"].numpy()).hexdigest(),
-                    int(parsed["image/class/label"].numpy())))
+        out.append((hashlib.sha256(parsed["image/encoded"].numpy()).hexdigest(), int(parsed["image/class/label"].numpy())))
     return out
 
 
@@ -73,9 +77,13 @@ class DatasetRun(TrainingRun):
         self.dataset = dataset
         self.spec = config.train_spec
         self.channels = dataset["image"]["channels"]
-        recipe = Recipe(weight_decay=self.spec["weight_decay"], momentum=self.spec["momentum"],
-                        nesterov=self.spec["nesterov"], label_smoothing=self.spec["label_smoothing"],
-                        base_learning_rate=self.spec["base_learning_rate"])
+        recipe = Recipe(
+            weight_decay=self.spec["weight_decay"],
+            momentum=self.spec["momentum"],
+            nesterov=self.spec["nesterov"],
+            label_smoothing=self.spec["label_smoothing"],
+            base_learning_rate=self.spec["base_learning_rate"],
+        )
         super().__init__(config, recipe)
         self._evaluate_batch = self._compile_evaluation()
 
@@ -87,8 +95,9 @@ class DatasetRun(TrainingRun):
     def _optimizer(self, keras):
         # a variable core's schedule writes before every step; the optimizer reads it each update
         self.learning_rate = self.tf.Variable(0.0, trainable=False, dtype="float32", name="learning_rate")
-        return keras.optimizers.legacy.SGD(lambda: self.learning_rate, momentum=self.recipe.momentum,
-                                           nesterov=self.recipe.nesterov)
+        return keras.optimizers.legacy.SGD(
+            lambda: self.learning_rate, momentum=self.recipe.momentum, nesterov=self.recipe.nesterov
+        )
 
     def _inputs(self):
         train = self._pipeline("train", training=True)
@@ -120,8 +129,12 @@ class DatasetRun(TrainingRun):
         shards = tf.data.Dataset.from_tensor_slices(files)
         if training:  # shard order, then records within a buffer, reshuffled every epoch
             shards = shards.shuffle(len(files), seed=cfg.seed, reshuffle_each_iteration=True)
-        data = shards.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), MAX_OPEN_SHARDS),
-                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        data = shards.interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=min(len(files), MAX_OPEN_SHARDS),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
         if training:
             count = self.dataset["splits"]["train"]["count"]
             data = data.shuffle(min(count, SHUFFLE_BUFFER), seed=cfg.seed, reshuffle_each_iteration=True).repeat()
@@ -130,9 +143,10 @@ class DatasetRun(TrainingRun):
 
     def _parse(self, record, training: bool):
         tf = self.tf
-        parsed = tf.io.parse_single_example(record, {
-            "image/encoded": tf.io.FixedLenFeature([], tf.string),
-            "image/class/label": tf.io.FixedLenFeature([], tf.int64)})
+        parsed = tf.io.parse_single_example(
+            record,
+            {"image/encoded": tf.io.FixedLenFeature([], tf.string), "image/class/label": tf.io.FixedLenFeature([], tf.int64)},
+        )
         image = tf.io.decode_image(parsed["image/encoded"], channels=self.channels, expand_animations=False)
         image = self._augment(image, training) if self.spec["augmentation"] == "imagenet" else self._fit(image)
         mean = tf.constant(self.dataset["image"]["mean"], tf.float32)
@@ -152,18 +166,30 @@ class DatasetRun(TrainingRun):
         tf, size, seed = self.tf, self.config.image_size, self.config.seed
         if training:
             begin, crop, _ = tf.image.sample_distorted_bounding_box(
-                tf.shape(image), tf.zeros((1, 0, 4)), min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3),
-                area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
+                tf.shape(image),
+                tf.zeros((1, 0, 4)),
+                min_object_covered=0.1,
+                aspect_ratio_range=(3 / 4, 4 / 3),
+                area_range=(0.08, 1.0),
+                max_attempts=10,
+                use_image_if_no_bounding_boxes=True,
+                seed=seed,
+            )
             image = tf.image.random_flip_left_right(tf.slice(image, begin, crop), seed=seed)
         else:
             image = tf.image.central_crop(image, EVAL_CROP_FRACTION)
         return tf.image.resize(image, (size, size))
 
     def preprocessing(self) -> dict[str, Any]:
-        return describe_preprocessing(self.config, self.dataset, {
-            "train": "random crop (area 8-100%, aspect 3/4-4/3) + horizontal flip, resize",
-            "eval": f"central crop {EVAL_CROP_FRACTION:.1%}, resize"},
-            "tf.data TFRecordDataset (ImageNet-style TFRecord)")
+        return describe_preprocessing(
+            self.config,
+            self.dataset,
+            {
+                "train": "random crop (area 8-100%, aspect 3/4-4/3) + horizontal flip, resize",
+                "eval": f"central crop {EVAL_CROP_FRACTION:.1%}, resize",
+            },
+            "tf.data TFRecordDataset (ImageNet-style TFRecord)",
+        )
 
     # --- evaluation ----------------------------------------------------------------------------
 
@@ -189,8 +215,9 @@ class DatasetRun(TrainingRun):
         return {"top1": top1 / seen, "top5": top5 / seen, "loss": loss / seen, "images": seen}
 
     def prepared(self, settings: dict[str, Any]) -> Prepared:
-        prepared = super().prepared({**settings, "preprocessing": self.preprocessing(),
-                                     "learning_rate": "set every step by core's schedule"})
+        prepared = super().prepared(
+            {**settings, "preprocessing": self.preprocessing(), "learning_rate": "set every step by core's schedule"}
+        )
         prepared.data_placement = "host input pipeline (tf.data)"
         return prepared
 

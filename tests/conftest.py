@@ -26,9 +26,23 @@ def _temporary_files_kept_by_pytest(tmp_path_factory, monkeypatch):
 def testplugins_path(tmp_path_factory) -> Path:
     """The third-party test plugin distribution, pip-installed into its own folder for this session."""
     target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--no-build-isolation", "--target", str(target), str(HERE / "thirdparty")],
-                   check=True, cwd=tmp_path_factory.mktemp("build"))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(HERE / "thirdparty"),
+        ],
+        check=True,
+        cwd=tmp_path_factory.mktemp("build"),
+    )
     return target
 
 
@@ -38,9 +52,23 @@ def openworld_path(tmp_path_factory) -> Path:
     plus plugins that break the contract; pip-installed into a folder of its own for this session
     (kept off the other tests' path, so their runs of every backend stay as they were)."""
     target = tmp_path_factory.mktemp("openworld")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--no-build-isolation", "--target", str(target), str(HERE / "openworld")],
-                   check=True, cwd=tmp_path_factory.mktemp("build"))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(HERE / "openworld"),
+        ],
+        check=True,
+        cwd=tmp_path_factory.mktemp("build"),
+    )
     return target
 
 
@@ -53,8 +81,9 @@ def accelbench_cli(testplugins_path, tmp_path):
         env.pop("ACCELBENCH_PLUGINS", None)
         if plugins is not None:
             env["ACCELBENCH_PLUGINS"] = plugins
-        return subprocess.run([sys.executable, "-m", "accelbench", *args], capture_output=True,
-                              text=True, env=env, cwd=tmp_path, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "accelbench", *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout
+        )
 
     return run
 
@@ -138,7 +167,8 @@ def assert_emulated_under_plain_avx512(record: dict, framework: str) -> None:
     assert "bfloat16" not in isa and "AMX" not in isa, isa
     assert [w for w in record["warnings"] if "emulated" in w] == [
         f"bf16 is emulated: {framework}'s oneDNN ran its bf16 convolution with {kernel!r} on {isa!r} (read back "
-        "from oneDNN), without bf16 instructions; the figure measures the emulation"]
+        "from oneDNN), without bf16 instructions; the figure measures the emulation"
+    ]
 
 
 def assert_measured_huge_pages(record: dict, measured: bool) -> None:
@@ -211,12 +241,34 @@ def start_with_a_hang(testplugins_path, tmp_path) -> tuple[subprocess.Popen, Pat
     env = dict(os.environ, PYTHONPATH=str(testplugins_path), TMPDIR=str(tmp_path / "tmp"))
     # interleaved trials: the sleepy trial finishes (a record is written) before the hanging one
     # starts, where lockstep would open both in one pair
-    host = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--backend", "sleepy:fixed-time",
-                             "--backend", "misbehaving:hangs", "--schedule", "interleaved",
-                             "--warmup-steps", "1", "--timed-steps", "3",
-                             "--timeout", "120", "-o", str(out)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=interrupt_as_from_a_terminal)
+    host = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "accelbench",
+            "run",
+            "--backend",
+            "sleepy:fixed-time",
+            "--backend",
+            "misbehaving:hangs",
+            "--schedule",
+            "interleaved",
+            "--warmup-steps",
+            "1",
+            "--timed-steps",
+            "3",
+            "--timeout",
+            "120",
+            "-o",
+            str(out),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interrupt_as_from_a_terminal,
+    )
     deadline, workers = time.monotonic() + 60, set()
     while time.monotonic() < deadline and not (out.exists() and workers):
         workers = worker_pids(host.pid) if out.exists() else set()

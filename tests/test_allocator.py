@@ -11,16 +11,39 @@ from conftest import load_records
 
 def mapped_path(soname: str) -> str:
     """Where the dynamic loader finds ``soname``: loaded in a throwaway process, read off its map."""
-    out = subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({soname!r}); "
-                          f"print(next(l.split()[-1] for l in open('/proc/self/maps') if {soname!r} in l))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import ctypes; ctypes.CDLL({soname!r}); "
+            f"print(next(l.split()[-1] for l in open('/proc/self/maps') if {soname!r} in l))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
 def allocator_of_run(accelbench_cli, tmp_path, *args) -> str:
     out = tmp_path / "r.json"
-    result = accelbench_cli("run", "--plugin", "sleepy", "--backend", "sleepy:fixed-time", "--global-batch", "4",
-                            "--warmup-steps", "1", "--timed-steps", "3", *args, "-o", str(out), "--force")
+    result = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--backend",
+        "sleepy:fixed-time",
+        "--global-batch",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "3",
+        *args,
+        "-o",
+        str(out),
+        "--force",
+    )
     assert result.returncode == 0, result.stderr
     [record] = load_records(out)
     assert record["status"] == "ok", record["reason"]
@@ -43,10 +66,13 @@ def test_the_record_names_the_allocator_each_worker_has_mapped(accelbench_cli, t
             assert allocator_of_run(accelbench_cli, tmp_path, "--allocator", name).startswith(f"{name} (/")
 
 
-@pytest.mark.parametrize("value, message", [
-    ("hoard", "--allocator: 'hoard' is neither auto, system, jemalloc, tcmalloc nor the absolute path of a shared library"),
-    ("/no/such/libmalloc.so", "--allocator: '/no/such/libmalloc.so' is neither"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("hoard", "--allocator: 'hoard' is neither auto, system, jemalloc, tcmalloc nor the absolute path of a shared library"),
+        ("/no/such/libmalloc.so", "--allocator: '/no/such/libmalloc.so' is neither"),
+    ],
+)
 def test_an_allocator_that_cannot_be_had_is_refused_before_any_worker(accelbench_cli, tmp_path, value, message):
     out = tmp_path / "r.json"
     result = accelbench_cli("run", "--plugin", "sleepy", "--allocator", value, "-o", str(out))
@@ -56,9 +82,11 @@ def test_an_allocator_that_cannot_be_had_is_refused_before_any_worker(accelbench
 
 def test_a_known_allocator_is_read_off_the_memory_map(tmp_path):
     maps = tmp_path / "maps"
-    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2\n"
-                    "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
-                    "7f04-7f05 rw-p 00000000 00:00 0 [heap]\n")
+    maps.write_text(
+        "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2\n"
+        "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+        "7f04-7f05 rw-p 00000000 00:00 0 [heap]\n"
+    )
     assert allocators.loaded(str(maps)) == "jemalloc (/usr/lib/x86_64-linux-gnu/libjemalloc.so.2)"
     maps.write_text("7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
     assert allocators.loaded(str(maps)) == "system (the C library's malloc)"
@@ -81,17 +109,20 @@ def test_auto_is_the_backends_measured_choice_only_where_it_is_installed(monkeyp
 # --huge-pages: the allocator asked to map its memory in transparent huge pages
 
 
-@pytest.mark.parametrize("allocator, mode, glibc, problem", [
-    ("system", "madvise", "glibc 2.36", None),
-    ("jemalloc", "madvise", "glibc 2.36", None),
-    ("system", "always", "glibc 2.35", None),
-    ("system", "never", "glibc 2.36", "this kernel gives no transparent huge pages"),
-    ("system", None, "glibc 2.36", "transparent_hugepage/enabled: absent"),
-    ("system", "madvise", "glibc 2.31", "the C library here (glibc 2.31) has no glibc.malloc.hugetlb tunable"),
-    ("system", "madvise", "", "the C library here (not glibc) has no glibc.malloc.hugetlb"),
-    ("tcmalloc", "madvise", "glibc 2.36", "the allocator 'tcmalloc' has no setting accelbench knows"),
-    ("/opt/libmymalloc.so", "madvise", "glibc 2.36", "the allocator '/opt/libmymalloc.so' has no setting"),
-])
+@pytest.mark.parametrize(
+    "allocator, mode, glibc, problem",
+    [
+        ("system", "madvise", "glibc 2.36", None),
+        ("jemalloc", "madvise", "glibc 2.36", None),
+        ("system", "always", "glibc 2.35", None),
+        ("system", "never", "glibc 2.36", "this kernel gives no transparent huge pages"),
+        ("system", None, "glibc 2.36", "transparent_hugepage/enabled: absent"),
+        ("system", "madvise", "glibc 2.31", "the C library here (glibc 2.31) has no glibc.malloc.hugetlb tunable"),
+        ("system", "madvise", "", "the C library here (not glibc) has no glibc.malloc.hugetlb"),
+        ("tcmalloc", "madvise", "glibc 2.36", "the allocator 'tcmalloc' has no setting accelbench knows"),
+        ("/opt/libmymalloc.so", "madvise", "glibc 2.36", "the allocator '/opt/libmymalloc.so' has no setting"),
+    ],
+)
 def test_huge_pages_are_refused_where_kernel_or_allocator_cannot_give_them(allocator, mode, glibc, problem):
     found = allocators.huge_pages_problem_with(allocator, mode, glibc)
     if problem is None:
@@ -125,8 +156,7 @@ def test_the_tunable_joins_the_users_own(monkeypatch):
     monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
     monkeypatch.setattr(allocators, "_glibc", lambda: "glibc 2.36")
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
-    assert allocators.worker_environment("system", "on") == {
-        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
+    assert allocators.worker_environment("system", "on") == {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
     assert allocators.worker_environment("system", "off") == {}
     monkeypatch.delenv("GLIBC_TUNABLES")
     assert allocators.worker_environment("system", "on") == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
@@ -158,21 +188,41 @@ def test_huge_page_bytes_are_read_off_smaps_rollup(tmp_path):
 
 def held_memory_run(accelbench_cli, tmp_path, huge_pages: str) -> dict:
     out = tmp_path / f"{huge_pages}.json"
-    result = accelbench_cli("run", "--plugin", "sleepy", "--backend", "sleepy:fixed-time", "--global-batch", "4",
-                            "--warmup-steps", "1", "--timed-steps", "2", "--option", "hold_mb=64",
-                            "--huge-pages", huge_pages, "-o", str(out), "--force")
+    result = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--backend",
+        "sleepy:fixed-time",
+        "--global-batch",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "2",
+        "--option",
+        "hold_mb=64",
+        "--huge-pages",
+        huge_pages,
+        "-o",
+        str(out),
+        "--force",
+    )
     assert result.returncode == 0, result.stderr
     [record] = load_records(out)
     assert record["status"] == "ok", record["reason"]
     return record
 
 
-@pytest.mark.skipif(allocators.thp_mode() != "madvise" or allocators.huge_pages_problem("system") is not None,
-                    reason="needs a kernel whose THP mode is madvise (always backs every mapping) and glibc >= 2.35")
+@pytest.mark.skipif(
+    allocators.thp_mode() != "madvise" or allocators.huge_pages_problem("system") is not None,
+    reason="needs a kernel whose THP mode is madvise (always backs every mapping) and glibc >= 2.35",
+)
 def test_huge_pages_on_backs_the_workers_memory_and_off_does_not(accelbench_cli, tmp_path):
     on, off = (held_memory_run(accelbench_cli, tmp_path, choice) for choice in ("on", "off"))
     assert on["config"]["huge_pages"] == "on" and on["settings"]["huge_pages"].startswith(
-        "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1;")
+        "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1;"
+    )
     assert off["config"]["huge_pages"] == "off" and off["settings"]["huge_pages"].startswith("off (")
     # the 64 MiB held: all of it but its unaligned ends in 2 MiB pages with them on, none without
     assert on["trials"][0]["process"]["anon_huge_pages_bytes"] >= 60 << 20

@@ -19,17 +19,24 @@ import lockstep  # noqa: E402
 
 def recording(calls, label, results):
     """A runner for ``alternate`` that notes each call and returns the next (images, seconds)."""
+
     def run():
         calls.append(label)
         return results.pop(0)
+
     return run
 
 
 def test_rounds_alternate_and_pool_images_over_wall_time():
     calls = []
-    rate, per_round = bench_overhead.alternate("case", {
-        "accelbench": recording(calls, "accelbench", [(80, 10.0), (80, 30.0)]),
-        "bare": recording(calls, "bare", [(80, 20.0), (80, 20.0)])}, rounds=2)
+    rate, per_round = bench_overhead.alternate(
+        "case",
+        {
+            "accelbench": recording(calls, "accelbench", [(80, 10.0), (80, 30.0)]),
+            "bare": recording(calls, "bare", [(80, 20.0), (80, 20.0)]),
+        },
+        rounds=2,
+    )
     assert calls == ["accelbench", "bare", "bare", "accelbench"]
     # pooled: 160 images / 40 s each, although the mean of accelbench's two rates would be 5.33
     assert rate == {"accelbench": 4.0, "bare": 4.0}
@@ -38,9 +45,12 @@ def test_rounds_alternate_and_pool_images_over_wall_time():
 
 def test_a_burn_in_run_opens_the_rounds_and_is_not_counted():
     calls = []
-    rate, per_round = bench_overhead.alternate("case", {
-        "accelbench": recording(calls, "accelbench", [(80, 80.0), (80, 10.0)]),
-        "bare": recording(calls, "bare", [(80, 20.0)])}, rounds=1, burn_in=True)
+    rate, per_round = bench_overhead.alternate(
+        "case",
+        {"accelbench": recording(calls, "accelbench", [(80, 80.0), (80, 10.0)]), "bare": recording(calls, "bare", [(80, 20.0)])},
+        rounds=1,
+        burn_in=True,
+    )
     assert calls == ["accelbench", "accelbench", "bare"]
     # the burn-in's 1 img/s is in neither the pooled rate nor the round's
     assert rate == {"accelbench": 8.0, "bare": 4.0}
@@ -53,26 +63,40 @@ def test_rounds_are_added_while_the_stop_rule_says_go_on():
     def go_on(per_round):
         seen.append(len(per_round))
         return len(per_round) < 4
-    _, per_round = bench_overhead.alternate("case", {
-        "accelbench": recording(calls, "accelbench", [(80, 10.0)] * 4),
-        "bare": recording(calls, "bare", [(80, 20.0)] * 4)}, rounds=2, go_on=go_on)
+
+    _, per_round = bench_overhead.alternate(
+        "case",
+        {"accelbench": recording(calls, "accelbench", [(80, 10.0)] * 4), "bare": recording(calls, "bare", [(80, 20.0)] * 4)},
+        rounds=2,
+        go_on=go_on,
+    )
     # asked only once the fixed rounds ran, then after each added one; the order still alternates
     assert seen == [2, 3, 4] and len(per_round) == 4
     assert calls == ["accelbench", "bare", "bare", "accelbench"] * 2
 
 
-@pytest.mark.parametrize("ci, expected", [
-    ((1.004, 1.080), "ahead"), ((0.985, 1.120), "not behind"), ((0.980, 0.999), "not behind"),
-    ((0.930, 0.975), "behind"), ((0.950, 1.100), "undecided"), ((0.970, 0.990), "undecided"),
-    ((1.050, 1.050), "undecided")])  # no interval: nothing is decided
+@pytest.mark.parametrize(
+    "ci, expected",
+    [
+        ((1.004, 1.080), "ahead"),
+        ((0.985, 1.120), "not behind"),
+        ((0.980, 0.999), "not behind"),
+        ((0.930, 0.975), "behind"),
+        ((0.950, 1.100), "undecided"),
+        ((0.970, 0.990), "undecided"),
+        ((1.050, 1.050), "undecided"),
+    ],
+)  # no interval: nothing is decided
 def test_the_verdict_against_the_bar_rests_on_the_whole_interval(ci, expected):
     assert bench_overhead.bar_verdict(ci) == expected
 
 
 def rounds_of(ratios):
     """Alternating rounds (accelbench first in even rounds) with these accelbench / reference ratios."""
-    return [{"accelbench": 10.0 * x, "reference": 10.0} if i % 2 == 0 else {"reference": 10.0, "accelbench": 10.0 * x}
-            for i, x in enumerate(ratios)]
+    return [
+        {"accelbench": 10.0 * x, "reference": 10.0} if i % 2 == 0 else {"reference": 10.0, "accelbench": 10.0 * x}
+        for i, x in enumerate(ratios)
+    ]
 
 
 def test_looks_add_rounds_until_the_verdict_is_decided_at_cores_sequential_confidence():
@@ -107,24 +131,29 @@ def fake_garden(tmp_path, lines):
 
 
 def test_garden_figure_counts_only_the_steps_after_the_warm_up(tmp_path):
-    python = fake_garden(tmp_path, [
-        "I1130 keras_utils.py:145] TimeHistory: 14.65 seconds, 5.46 examples/second between steps 0 and 10",
-        "I1130 keras_utils.py:145] TimeHistory: 9.64 seconds, 8.30 examples/second between steps 10 and 20",
-        "I1130 keras_utils.py:145] TimeHistory: 10.36 seconds, 7.72 examples/second between steps 20 and 30"])
+    python = fake_garden(
+        tmp_path,
+        [
+            "I1130 keras_utils.py:145] TimeHistory: 14.65 seconds, 5.46 examples/second between steps 0 and 10",
+            "I1130 keras_utils.py:145] TimeHistory: 9.64 seconds, 8.30 examples/second between steps 10 and 20",
+            "I1130 keras_utils.py:145] TimeHistory: 10.36 seconds, 7.72 examples/second between steps 20 and 30",
+        ],
+    )
     images, seconds = bench_reference.run_garden(python, [], batch=8, warmup=10, timed=20)
     assert images == 160 and seconds == pytest.approx(20.0)  # 8.0 img/s, the warm-up's 14.65 s left out
 
 
 def test_garden_run_missing_timed_steps_is_an_error(tmp_path):
-    python = fake_garden(tmp_path, [
-        "TimeHistory: 9.64 seconds, 8.30 examples/second between steps 10 and 20"])
+    python = fake_garden(tmp_path, ["TimeHistory: 9.64 seconds, 8.30 examples/second between steps 10 and 20"])
     with pytest.raises(SystemExit, match="expected 20 steps after 10"):
         bench_reference.run_garden(python, [], batch=8, warmup=10, timed=20)
 
 
 def test_train_imagenet_figure_pools_the_windows_after_the_first():
-    log = "\n".join(f"INFO:root:Epoch[0] Batch [{10 * (i + 1)}]\tSpeed: {rate} samples/sec\taccuracy=0.001"
-                    for i, rate in enumerate([2.0, 8.0, 4.0]))
+    log = "\n".join(
+        f"INFO:root:Epoch[0] Batch [{10 * (i + 1)}]\tSpeed: {rate} samples/sec\taccuracy=0.001"
+        for i, rate in enumerate([2.0, 8.0, 4.0])
+    )
     images, seconds = bench_reference.speedometer_figure(0, log, batch=8, warmup=10, timed=20)
     # windows of 80 images at 8 and 4 img/s: 160 images in 30 s (5.33 img/s, not the mean 6.0)
     assert images == 160 and seconds == pytest.approx(30.0)
@@ -132,10 +161,14 @@ def test_train_imagenet_figure_pools_the_windows_after_the_first():
         bench_reference.speedometer_figure(0, log, batch=8, warmup=10, timed=30)
 
 
-@pytest.mark.parametrize("described, expected", [
-    ("tcmalloc (/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4)", "tcmalloc"),
-    ("system (the C library's malloc)", "system"),
-    ("preloaded (/opt/lib/libmymalloc.so)", "/opt/lib/libmymalloc.so")])
+@pytest.mark.parametrize(
+    "described, expected",
+    [
+        ("tcmalloc (/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4)", "tcmalloc"),
+        ("system (the C library's malloc)", "system"),
+        ("preloaded (/opt/lib/libmymalloc.so)", "/opt/lib/libmymalloc.so"),
+    ],
+)
 def test_bare_loops_get_the_malloc_the_plugins_worker_had(described, expected):
     assert bench_reference.malloc_of({"settings": {"allocator": described}}) == expected
 
@@ -155,8 +188,12 @@ def test_the_plugins_huge_pages_go_with_its_malloc(monkeypatch):
     monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
     monkeypatch.setattr(allocators, "_glibc", lambda: "glibc 2.36")
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    on = {"settings": {"allocator": "system (the C library's malloc)",
-                       "huge_pages": "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1; the kernel's THP mode: madvise)"}}
+    on = {
+        "settings": {
+            "allocator": "system (the C library's malloc)",
+            "huge_pages": "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1; the kernel's THP mode: madvise)",
+        }
+    }
     assert bench_reference.huge_pages_of(on) == "on"
     assert bench_reference.shipped_malloc("plugin", on) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
     assert bench_reference.shipped_malloc("as-shipped", on) == {}
@@ -173,16 +210,29 @@ def test_a_failing_case_is_reported_and_loses_no_other(monkeypatch):
     monkeypatch.setattr(bench_reference, "measure", measure)
     failed = bench_reference.measured_or_failed("broken", 8, None)
     assert failed == {"case": "broken", "batch": 8, "failed": "Model Garden logged [], expected 15 steps after 5"}
-    assert bench_reference.table_row(failed).split() == ["broken", "8", "failed:", "Model", "Garden", "logged", "[],",
-                                                        "expected", "15", "steps", "after", "5"]
+    assert bench_reference.table_row(failed).split() == [
+        "broken",
+        "8",
+        "failed:",
+        "Model",
+        "Garden",
+        "logged",
+        "[],",
+        "expected",
+        "15",
+        "steps",
+        "after",
+        "5",
+    ]
     assert bench_reference.measured_or_failed("fine", 8, None) == {"case": "fine"}
 
 
 def test_kept_records_are_the_runs_own(testplugins_path, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(testplugins_path))
     seen = {}
-    images, seconds = bench_overhead.run_accelbench(["--plugin", "sleepy", "--option", "step_ms=5"], 4, 1, 3,
-                                                    seen, keep=tmp_path / "kept")
+    images, seconds = bench_overhead.run_accelbench(
+        ["--plugin", "sleepy", "--option", "step_ms=5"], 4, 1, 3, seen, keep=tmp_path / "kept"
+    )
     [kept] = (tmp_path / "kept").iterdir()
     [record] = json.loads(kept.read_text())["records"]
     assert record["throughput"]["images"] == images == 12 and record["throughput"]["wall_time_s"] == seconds
@@ -219,8 +269,7 @@ def test_a_lever_is_measured_against_a_baseline_it_changes(monkeypatch):
     assert bench_levers.default_levers("tpu", "tcmalloc") == ["tf-onednn", "tf-primitive-reuse"]  # no "thp" on it
     # a kernel without them: no huge-page lever at all (each would be refused), the others stay
     monkeypatch.setattr(allocators, "thp_mode", lambda: "never")
-    assert bench_levers.default_levers("mxnet", "system") == ["jemalloc", "tcmalloc", "onednn-amx", "omp-bind",
-                                                              "mx-aggregate"]
+    assert bench_levers.default_levers("mxnet", "system") == ["jemalloc", "tcmalloc", "onednn-amx", "omp-bind", "mx-aggregate"]
     # Intel's OpenMP where it is installed, for the frameworks that run on OpenMP
     monkeypatch.setattr(bench_levers, "IOMP", "/opt/lib/libiomp5.so")
     assert "iomp" in bench_levers.default_levers("torch", "tcmalloc")
@@ -244,17 +293,47 @@ def test_every_lever_is_named_in_the_docs():
 
 
 def test_a_result_prints_as_a_readme_table_row():
-    result = {"case": "torch-fp32", "batch": 8, "accelbench": 8.88, "reference": 8.90, "ratio": 0.997,
-              "pooled_ratio": 0.9971, "ci95": (0.986, 1.009), "round_ratios": [1.019, 0.990, 0.983],
-              "gflops_per_s": 217.84, "utilisation": 0.491, "reference_utilisation": 0.4925, "what": "bare loop",
-              "allocator": "tcmalloc", "huge_pages": "off", "steps": "5 + 15", "label": "`torch_ref` v1.5 fp32",
-              "measured_utc": "22:49-22:55", "verdict": "not behind", "verdict_ci": (0.986, 1.009),
-              "verdict_confidence": 0.95, "unit": "round"}
+    result = {
+        "case": "torch-fp32",
+        "batch": 8,
+        "accelbench": 8.88,
+        "reference": 8.90,
+        "ratio": 0.997,
+        "pooled_ratio": 0.9971,
+        "ci95": (0.986, 1.009),
+        "round_ratios": [1.019, 0.990, 0.983],
+        "gflops_per_s": 217.84,
+        "utilisation": 0.491,
+        "reference_utilisation": 0.4925,
+        "what": "bare loop",
+        "allocator": "tcmalloc",
+        "huge_pages": "off",
+        "steps": "5 + 15",
+        "label": "`torch_ref` v1.5 fp32",
+        "measured_utc": "22:49-22:55",
+        "verdict": "not behind",
+        "verdict_ci": (0.986, 1.009),
+        "verdict_confidence": 0.95,
+        "unit": "round",
+    }
     cells = [c.strip() for c in bench_reference.markdown_row(result).split("|")[1:-1]]
     assert len(cells) == len(bench_reference.markdown_header().splitlines()[0].split("|")[1:-1]) == 14
-    assert cells == ["`torch_ref` v1.5 fp32 (tcmalloc)", "8", "5 + 15", "8.88", "8.90", "0.997", "0.986–1.009",
-                     "not behind", "0.997", "1.019 0.990 0.983", "217.8", "49% / 49%",
-                     "bare loop `bare_torch.py --precision fp32`", "22:49-22:55"]
+    assert cells == [
+        "`torch_ref` v1.5 fp32 (tcmalloc)",
+        "8",
+        "5 + 15",
+        "8.88",
+        "8.90",
+        "0.997",
+        "0.986–1.009",
+        "not behind",
+        "0.997",
+        "1.019 0.990 0.983",
+        "217.8",
+        "49% / 49%",
+        "bare loop `bare_torch.py --precision fp32`",
+        "22:49-22:55",
+    ]
     # a look of --max-rounds names the interval its verdict rests on
     looked = {**result, "verdict_ci": (0.981, 1.014), "verdict_confidence": 1 - 0.05 / 6}
     assert "| not behind (99.17% CI 0.981–1.014) |" in bench_reference.markdown_row(looked)
@@ -293,8 +372,7 @@ time_steps(step, args.batch, args.warmup, args.timed)
 def spinning_bare_loop(script, batch, warmup):
     """``lockstep.sides``' reference_side: the spinning bare loop, in the plugin's Python, beside bare_timing."""
     beside_bare_timing = {"PYTHONPATH": str(Path(__file__).parent / "benchmarks")}
-    return lambda seen: lockstep.BareSide([str(script), "--step-ms", "40"], batch, warmup, seen["python"],
-                                          beside_bare_timing)
+    return lambda seen: lockstep.BareSide([str(script), "--step-ms", "40"], batch, warmup, seen["python"], beside_bare_timing)
 
 
 def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugins_path, tmp_path, monkeypatch):
@@ -306,14 +384,15 @@ def test_lockstep_sides_take_turns_in_blocks_and_keep_their_own_times(testplugin
     script = tmp_path / "bare_spin.py"
     script.write_text(BARE_SPIN)
     seen, states = {}, []
-    with lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], spinning_bare_loop(script, 2, 2),
-                        2, 2, seen, keep=tmp_path / "kept") as (plugin, bare):
+    with lockstep.sides(
+        ["--plugin", "sleepy", "--option", "step_ms=20"], spinning_bare_loop(script, 2, 2), 2, 2, seen, keep=tmp_path / "kept"
+    ) as (plugin, bare):
+
         def plugin_block():
             states.append(settled_state(bare.process.pid))  # the bare loop, parked meanwhile
             return plugin.block(2)
 
-        rate, per_round = bench_overhead.alternate("spin", {"accelbench": plugin_block,
-                                                            "reference": lambda: bare.block(2)}, 4)
+        rate, per_round = bench_overhead.alternate("spin", {"accelbench": plugin_block, "reference": lambda: bare.block(2)}, 4)
         worker_state = settled_state(plugin.side.worker.process.pid)
         bare_process = bare.process
     assert bare_process.poll() == 0  # the end of its stdin ended it
@@ -337,8 +416,7 @@ def test_a_lockstep_block_of_the_plugin_is_one_timing_loop_in_its_worker(testplu
     try:
         commands = []
         call = plugin.side.worker.call
-        plugin.side.worker.call = lambda command, *args, **kw: commands.append((command, *args)) or call(
-            command, *args, **kw)
+        plugin.side.worker.call = lambda command, *args, **kw: commands.append((command, *args)) or call(command, *args, **kw)
         images, seconds = plugin.block(3)
     finally:
         plugin.close()
@@ -379,8 +457,21 @@ def test_a_bare_loop_that_dies_in_lockstep_fails_its_case_with_its_own_words(tmp
 
 
 def test_a_cases_arguments_become_its_run_config():
-    plugin, config = lockstep.run_config(["--plugin", "torch_ref", "--precision", "bf16", "--variant", "v1.5",
-                                          "--option", "steps_per_loop=10", "--option", "memory_format=contiguous"], 32)
+    plugin, config = lockstep.run_config(
+        [
+            "--plugin",
+            "torch_ref",
+            "--precision",
+            "bf16",
+            "--variant",
+            "v1.5",
+            "--option",
+            "steps_per_loop=10",
+            "--option",
+            "memory_format=contiguous",
+        ],
+        32,
+    )
     assert plugin == "torch_ref"
     assert (config.global_batch, config.precision, config.variant) == (32, "bf16", "v1.5")
     assert config.options == {"steps_per_loop": 10, "memory_format": "contiguous"}
@@ -395,18 +486,27 @@ def test_a_case_on_a_gpu_asks_both_sides_for_it():
     assert lockstep.run_config(args, 256)[1].device == "gpu"
     assert bench_reference.on_device("tf-fp32", "cpu") == bench_reference.CASES["tf-fp32"]
     assert [c for c in bench_reference.CASES if bench_reference.takes_device(c)] == [
-        "torch-fp32", "torch-bf16", "jax-bf16", "jax-fp32"]
+        "torch-fp32",
+        "torch-bf16",
+        "jax-bf16",
+        "jax-fp32",
+    ]
 
 
 def test_a_case_whose_reference_cannot_run_on_a_gpu_is_refused_there():
     import subprocess
 
-    result = subprocess.run([sys.executable, str(Path(bench_reference.__file__)), "--device", "gpu", "--case",
-                             "mxnet-fp32"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(Path(bench_reference.__file__)), "--device", "gpu", "--case", "mxnet-fp32"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1].endswith("error: --device gpu: only the cases whose reference is a bare "
-                                                   "loop that takes a device run there (torch-fp32, torch-bf16, "
-                                                   "jax-bf16, jax-fp32)")
+    assert result.stderr.splitlines()[-1].endswith(
+        "error: --device gpu: only the cases whose reference is a bare "
+        "loop that takes a device run there (torch-fp32, torch-bf16, "
+        "jax-bf16, jax-fp32)"
+    )
 
 
 def test_a_markdown_row_lists_a_dozen_rounds_and_sums_up_more():
@@ -445,18 +545,28 @@ def test_pairs_alternate_which_side_starts_and_each_pair_is_one_unit(monkeypatch
 
     rate, units = lockstep.in_pairs("case", open_pair, steps=2, rounds=2, pairs=3)
     assert opened == [False, True, False]
-    assert blocks == ["accelbench", "reference", "reference", "accelbench",
-                      "reference", "accelbench", "accelbench", "reference",
-                      "accelbench", "reference", "reference", "accelbench"]
-    assert [list(u) for u in units] == [["accelbench", "reference"], ["reference", "accelbench"],
-                                        ["accelbench", "reference"]]
+    assert blocks == [
+        "accelbench",
+        "reference",
+        "reference",
+        "accelbench",
+        "reference",
+        "accelbench",
+        "accelbench",
+        "reference",
+        "accelbench",
+        "reference",
+        "reference",
+        "accelbench",
+    ]
+    assert [list(u) for u in units] == [["accelbench", "reference"], ["reference", "accelbench"], ["accelbench", "reference"]]
     assert [u["accelbench"] / u["reference"] for u in units] == pytest.approx([2.0, 2.5, 2.2])
     assert rate["accelbench"] == pytest.approx(4 / 0.010)
     assert rate["reference"] == pytest.approx(3 * 16 / (0.080 + 0.100 + 0.088))
     # the interval is over the three pairs, the order of each pair's start regressed out (1 degree
     # of freedom): the pairs that opened with the plugin (2.0, 2.2) against the one that did not (2.5)
     estimate = bench_overhead.paired(units, "accelbench", "reference")
-    assert estimate.samples == 3 and estimate.ratio == pytest.approx((2.0 * 2.2) ** 0.25 * 2.5 ** 0.5)
+    assert estimate.samples == 3 and estimate.ratio == pytest.approx((2.0 * 2.2) ** 0.25 * 2.5**0.5)
     assert estimate.ci95[0] < estimate.ratio < estimate.ci95[1]
 
 
@@ -470,8 +580,9 @@ def test_pairs_are_added_while_the_stop_rule_says_go_on(monkeypatch):
         yield FakeSide("accelbench", 0.010, []), FakeSide("reference", 0.010, [])
 
     looked = []
-    _, units = lockstep.in_pairs("case", open_pair, 1, 2, pairs=2,
-                                 go_on=lambda units: looked.append(len(units)) or len(units) < 4)
+    _, units = lockstep.in_pairs(
+        "case", open_pair, 1, 2, pairs=2, go_on=lambda units: looked.append(len(units)) or len(units) < 4
+    )
     assert len(units) == 4 and looked == [2, 3, 4]
 
 
@@ -484,15 +595,23 @@ def test_a_pair_opened_reference_first_starts_its_bare_loop_before_the_worker(te
     script.write_text(BARE_SPIN)
     started = []
     for side, cls in (("plugin", lockstep.PluginSide), ("bare", lockstep.BareSide)):
+
         def noting(self, *args, _side=side, _init=cls.__init__):
             started.append(_side)
             _init(self, *args)
+
         monkeypatch.setattr(cls, "__init__", noting)
     seen = {}
 
     def open_pair(reference_first):
-        return lockstep.sides(["--plugin", "sleepy", "--option", "step_ms=20"], spinning_bare_loop(script, 2, 1),
-                              2, 1, seen, reference_first=reference_first)
+        return lockstep.sides(
+            ["--plugin", "sleepy", "--option", "step_ms=20"],
+            spinning_bare_loop(script, 2, 1),
+            2,
+            1,
+            seen,
+            reference_first=reference_first,
+        )
 
     with pytest.raises(KeyError):  # nothing seen yet: a first pair cannot open with its bare loop
         with open_pair(True):
@@ -506,18 +625,22 @@ def test_a_pair_opened_reference_first_starts_its_bare_loop_before_the_worker(te
     assert seen["settings"]["step_s"] == 0.020
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--pairs", "3"], "--pairs takes --lockstep"),
-    (["--lockstep", "1", "--pairs", "0"], "--pairs must be at least 1"),
-    (["--lockstep", "1", "--pairs", "3", "--max-rounds", "6"], "--max-rounds with --pairs"),
-    (["--lockstep", "1", "--max-pairs", "6"], "--max-pairs takes --pairs of 2 or more"),
-    (["--lockstep", "1", "--pairs", "4", "--max-pairs", "3"], "--max-pairs takes --pairs of 2 or more"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--pairs", "3"], "--pairs takes --lockstep"),
+        (["--lockstep", "1", "--pairs", "0"], "--pairs must be at least 1"),
+        (["--lockstep", "1", "--pairs", "3", "--max-rounds", "6"], "--max-rounds with --pairs"),
+        (["--lockstep", "1", "--max-pairs", "6"], "--max-pairs takes --pairs of 2 or more"),
+        (["--lockstep", "1", "--pairs", "4", "--max-pairs", "3"], "--max-pairs takes --pairs of 2 or more"),
+    ],
+)
 def test_pairs_misused_are_refused_before_anything_starts(flags, message):
     import subprocess
 
-    result = subprocess.run([sys.executable, str(Path(bench_reference.__file__)), "--case", "torch-bf16", *flags],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(Path(bench_reference.__file__)), "--case", "torch-bf16", *flags], capture_output=True, text=True
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert message in result.stderr.splitlines()[-1]
 
@@ -555,8 +678,13 @@ def test_a_shipped_reference_takes_turns_stopped_between_its_blocks(tmp_path):
     that wait is not in its seconds, and a block is the steps asked for, timed by its step lines."""
     script = tmp_path / "shipped.py"
     script.write_text(SHIPPED_SPIN)
-    side = lockstep.ShippedSide([sys.executable, str(script)], bench_reference.STEP_LINES["tf_cnn"], batch=4,
-                                warmup=2, scratch=(scratch := tempfile.TemporaryDirectory()))
+    side = lockstep.ShippedSide(
+        [sys.executable, str(script)],
+        bench_reference.STEP_LINES["tf_cnn"],
+        batch=4,
+        warmup=2,
+        scratch=(scratch := tempfile.TemporaryDirectory()),
+    )
     try:
         states = [settled_state(side.process.pid)]
         time.sleep(0.5)  # ~16 steps, were it running
@@ -589,8 +717,9 @@ def test_a_shipped_reference_that_logs_a_line_a_loop_takes_its_blocks_in_whole_l
     not whole loops is refused."""
     script = tmp_path / "shipped_loops.py"
     script.write_text(SHIPPED_LOOPS)
-    side = lockstep.ShippedSide([sys.executable, str(script)], bench_reference.STEP_LINES["garden"], batch=4,
-                                warmup=1, steps_per_line=5)
+    side = lockstep.ShippedSide(
+        [sys.executable, str(script)], bench_reference.STEP_LINES["garden"], batch=4, warmup=1, steps_per_line=5
+    )
     try:
         images, seconds = side.block(10)
         with pytest.raises(ValueError, match="not whole lines of 5"):
@@ -607,11 +736,14 @@ def test_a_shipped_reference_that_dies_in_lockstep_fails_its_case_with_its_own_w
         lockstep.ShippedSide([sys.executable, str(script)], bench_reference.STEP_LINES["tf_cnn"], 2, 1)
 
 
-@pytest.mark.parametrize("kind, line", [
-    ("tf_cnn", "1\timages/sec: 6.8 +/- 0.0 (jitter = 0.0)\t7.000"),
-    ("mxnet_script", "INFO:root:Epoch[0] Batch [1-2]\tSpeed: 7.01 samples/sec\taccuracy=0.000000"),
-    ("garden", "I1204 TimeHistory: 4.61 seconds, 6.94 examples/second between steps 1 and 2"),
-])
+@pytest.mark.parametrize(
+    "kind, line",
+    [
+        ("tf_cnn", "1\timages/sec: 6.8 +/- 0.0 (jitter = 0.0)\t7.000"),
+        ("mxnet_script", "INFO:root:Epoch[0] Batch [1-2]\tSpeed: 7.01 samples/sec\taccuracy=0.000000"),
+        ("garden", "I1204 TimeHistory: 4.61 seconds, 6.94 examples/second between steps 1 and 2"),
+    ],
+)
 def test_each_shipped_references_step_line_is_found_and_nothing_else(kind, line):
     others = ["Step\tImg/sec\ttotal_loss", "total images/sec: 6.83", "Done warm up", "Running warm up"]
     assert bench_reference.STEP_LINES[kind].search(line)
@@ -623,27 +755,42 @@ def test_a_shipped_reference_in_lockstep_prints_a_line_a_step_as_it_ships(monkey
     steps, a step line each (a line a loop of 10 for tpu-bf16, whose warm-up is rounded up to a
     whole loop), with what they need to run here."""
     started = []
-    monkeypatch.setattr(lockstep, "ShippedSide", lambda command, step_line, batch, warmup, cwd, env, scratch,
-                        steps_per_line: started.append((command, cwd, env, Path(scratch.name), warmup,
-                                                        steps_per_line)) or scratch)
+    monkeypatch.setattr(
+        lockstep,
+        "ShippedSide",
+        lambda command, step_line, batch, warmup, cwd, env, scratch, steps_per_line: (
+            started.append((command, cwd, env, Path(scratch.name), warmup, steps_per_line)) or scratch
+        ),
+    )
     (tmp_path / "numpy_alias_shim_sitecustomize.py").write_text("# shim\n")
-    options = bench_reference.argparse.Namespace(references=tmp_path, shipped_malloc="as-shipped",
-                                                 shipped_onednn="as-shipped", warmup=3, lockstep=1,
-                                                 garden_python="/garden/bin/python")
+    options = bench_reference.argparse.Namespace(
+        references=tmp_path,
+        shipped_malloc="as-shipped",
+        shipped_onednn="as-shipped",
+        warmup=3,
+        lockstep=1,
+        garden_python="/garden/bin/python",
+    )
     seen = {"settings": {"allocator": "system"}}
     for name in ("tfcnn-v1-fp32", "mxscript-v1-fp32", "tf-bf16", "tpu-bf16"):
         _, kind, reference = bench_reference.CASES[name]
         warmup, _ = bench_reference.whole_loops(name, options.warmup, options.lockstep)
-        bench_reference.lockstep_reference(kind, reference, 32, options, warmup,
-                                           bench_reference.LOOP_STEPS.get(name, 1))(seen).cleanup()
-    (tf_cnn, tf_cwd, tf_env, _, tf_lines, _), (mx, mx_cwd, mx_env, mx_scratch, mx_lines, _), \
-        (garden, garden_cwd, _, garden_scratch, garden_lines, _), (loops, _, _, _, loop_lines, per_line) = started
+        bench_reference.lockstep_reference(kind, reference, 32, options, warmup, bench_reference.LOOP_STEPS.get(name, 1))(
+            seen
+        ).cleanup()
+    (
+        (tf_cnn, tf_cwd, tf_env, _, tf_lines, _),
+        (mx, mx_cwd, mx_env, mx_scratch, mx_lines, _),
+        (garden, garden_cwd, _, garden_scratch, garden_lines, _),
+        (loops, _, _, _, loop_lines, per_line),
+    ) = started
     # both sides' first block follows 3 steps: MXNet's batch 0 prints no line, so 2 more of its lines;
     # tpu-bf16's follows one loop of 10, one line
     assert (tf_lines, mx_lines, garden_lines, loop_lines) == (3, 2, 3, 1)
     assert per_line == 10 and loops[loops.index("--steps_per_loop") + 1] == "10"
-    assert {"--display_every=1", "--num_batches=1000000", "--num_warmup_batches=0", "--batch_size=32",
-            "--model=resnet50"} <= set(tf_cnn) and tf_env == {"TF_USE_LEGACY_KERAS": "1"}
+    assert {"--display_every=1", "--num_batches=1000000", "--num_warmup_batches=0", "--batch_size=32", "--model=resnet50"} <= set(
+        tf_cnn
+    ) and tf_env == {"TF_USE_LEGACY_KERAS": "1"}
     assert mx[mx.index("--disp-batches") + 1] == "1" and mx[mx.index("--num-examples") + 1] == str(32 * 10**6)
     assert mx_cwd == tmp_path / "mxnet_image_classification" and mx_env["PYTHONPATH"] == str(mx_scratch)
     assert garden[0] == "/garden/bin/python" and Path(garden_cwd) == garden_scratch
@@ -709,6 +856,7 @@ time.sleep(60)
 def test_a_terminated_benchmark_unwinds_through_its_sides_and_is_no_cases_failure(monkeypatch):
     """SIGTERM ends the run (it is not one case's failure, after which the sweep would go on), and
     as an exception, so every side's close runs and nothing is left stopped."""
+
     def measure(name, batch, options):
         bench_reference.terminated(15, None)
 

@@ -7,15 +7,15 @@ from accelbench.compare import UNPAIRED_ANALYSIS, Run, compare, exit_code, verdi
 from conftest import load_records
 
 
-def sleepy_record(scale: float = 1.0, noise: float = 0.0, seed: int = 0, steps: int = 40, trials: int = 1,
-                  step_ms: float = 5):
+def sleepy_record(scale: float = 1.0, noise: float = 0.0, seed: int = 0, steps: int = 40, trials: int = 1, step_ms: float = 5):
     from accelbench import records, runner
     from accelbench.config import RunConfig
     from accelbench.registry import PluginHost
 
     [ref] = PluginHost().select(backends=["sleepy:fixed-time"])
-    config = RunConfig(warmup_steps=2, timed_steps=steps, trials=trials, seed=seed,
-                       options={"step_ms": step_ms, "scale": scale, "noise": noise})
+    config = RunConfig(
+        warmup_steps=2, timed_steps=steps, trials=trials, seed=seed, options={"step_ms": step_ms, "scale": scale, "noise": noise}
+    )
     [record] = runner.execute(runner.plan([ref], config), records.check_all)
     return record
 
@@ -29,6 +29,7 @@ def with_trial_walls(record, walls: list[float]):
     """A copy of a real record whose trials took exactly these wall times (and its pooled
     throughput with them): the statistics get known inputs, not a loaded machine's timing."""
     import copy
+
     record = copy.deepcopy(record)
     for trial, wall in zip(record.trials, walls, strict=True):
         trial.step_times_s = [wall / len(trial.step_times_s)] * len(trial.step_times_s)
@@ -80,8 +81,7 @@ def test_large_noise_is_undecided_never_a_false_within():
     verdicts = []
     for seed in range(3):
         noisy = sleepy_record(scale=1.05, noise=0.5, seed=seed, steps=10)
-        [result] = compare([Run("base", sleepy_record(noise=0.5, seed=seed + 10, steps=10)),
-                            Run("noisy", noisy)], tolerance=0.03)
+        [result] = compare([Run("base", sleepy_record(noise=0.5, seed=seed + 10, steps=10)), Run("noisy", noisy)], tolerance=0.03)
         verdicts.append(result.verdict)
         assert "one trial per side" in result.note
     assert verdicts == ["undecided"] * 3
@@ -119,10 +119,16 @@ def test_trials_are_the_unit_when_there_are_several():
     assert result.samples == "3 vs 3 trials"
 
 
-@pytest.mark.parametrize("point, ci, expected", [
-    (1.0, (0.99, 1.01), "within"), (1.05, (1.04, 1.06), "outside"), (0.95, (0.94, 0.96), "outside"),
-    (1.02, (1.0, 1.04), "undecided"), (0.97, (0.95, 0.99), "undecided"),
-])
+@pytest.mark.parametrize(
+    "point, ci, expected",
+    [
+        (1.0, (0.99, 1.01), "within"),
+        (1.05, (1.04, 1.06), "outside"),
+        (0.95, (0.94, 0.96), "outside"),
+        (1.02, (1.0, 1.04), "undecided"),
+        (0.97, (0.95, 0.99), "undecided"),
+    ],
+)
 def test_verdict_rules(point, ci, expected):
     assert verdict(point, ci, 0.03, 10, "trials")[0] == expected
 
@@ -136,6 +142,7 @@ def test_undecided_says_how_many_more_samples():
 def test_exit_codes_gate_on_the_worst_verdict():
     def result(v):
         return type("R", (), {"verdict": v})()
+
     assert exit_code([result("within")]) == 0
     assert exit_code([result("within"), result("undecided")]) == 3
     assert exit_code([result("undecided"), result("outside")]) == 1
@@ -146,8 +153,23 @@ def test_cli_compare_two_files_json_and_exit_code(accelbench_cli, tmp_path):
     # 5 ms steps 5% apart, and at 20 ms 10% apart (one trial of three 8% slow on a 2-core Zen 3
     # with a pip install beside it: 1.075, 1.030-1.100 against a tolerance of 3%)
     for name, scale in (("a", 1.0), ("b", 1.25)):
-        done = accelbench_cli("run", "--plugin", "sleepy", "--warmup-steps", "2", "--timed-steps", "20", "--trials", "3",
-                              "--option", "step_ms=20", "--option", f"scale={scale}", "-o", str(tmp_path / f"{name}.json"))
+        done = accelbench_cli(
+            "run",
+            "--plugin",
+            "sleepy",
+            "--warmup-steps",
+            "2",
+            "--timed-steps",
+            "20",
+            "--trials",
+            "3",
+            "--option",
+            "step_ms=20",
+            "--option",
+            f"scale={scale}",
+            "-o",
+            str(tmp_path / f"{name}.json"),
+        )
         assert done.returncode == 0, done.stderr
     result = accelbench_cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--tolerance", "3%", "--json")
     assert result.returncode == 1, result.stderr

@@ -12,29 +12,37 @@ from accelbench.planning import resolve
 from accelbench.stats import step_time_summary, throughput_ci
 from accelbench.timing import TimingPlan, run_timed
 
-PER_DEVICE = BackendInfo(name="b", framework="f", requires=(), models=("m",), batch_semantics="per_device",
-                         default_batch={"cpu": 8, "gpu": 256})
-GLOBAL = BackendInfo(name="b", framework="f", requires=(), models=("m",), batch_semantics="global",
-                     default_batch={"cpu": 8, "gpu": 768})
+PER_DEVICE = BackendInfo(
+    name="b", framework="f", requires=(), models=("m",), batch_semantics="per_device", default_batch={"cpu": 8, "gpu": 256}
+)
+GLOBAL = BackendInfo(
+    name="b", framework="f", requires=(), models=("m",), batch_semantics="global", default_batch={"cpu": 8, "gpu": 768}
+)
 
 
-@pytest.mark.parametrize("info, config, device, count, expected", [
-    (PER_DEVICE, RunConfig(), "gpu", 4, (1024, 256, "backend default")),
-    (GLOBAL, RunConfig(), "gpu", 4, (768, 192, "backend default")),
-    (GLOBAL, RunConfig(), "cpu", 1, (8, 8, "backend default")),
-    (GLOBAL, RunConfig(per_device_batch=32), "gpu", 2, (64, 32, "config")),
-    (PER_DEVICE, RunConfig(global_batch=12), "cpu", 3, (12, 4, "config")),
-    (PER_DEVICE, RunConfig(per_device_batch=4, workers=2), "cpu", 1, (8, 4, "config")),
-])
+@pytest.mark.parametrize(
+    "info, config, device, count, expected",
+    [
+        (PER_DEVICE, RunConfig(), "gpu", 4, (1024, 256, "backend default")),
+        (GLOBAL, RunConfig(), "gpu", 4, (768, 192, "backend default")),
+        (GLOBAL, RunConfig(), "cpu", 1, (8, 8, "backend default")),
+        (GLOBAL, RunConfig(per_device_batch=32), "gpu", 2, (64, 32, "config")),
+        (PER_DEVICE, RunConfig(global_batch=12), "cpu", 3, (12, 4, "config")),
+        (PER_DEVICE, RunConfig(per_device_batch=4, workers=2), "cpu", 1, (8, 4, "config")),
+    ],
+)
 def test_batch_resolution(info, config, device, count, expected):
     resolved = resolve(config, info, device, count)
     assert (resolved.global_batch, resolved.per_device_batch, resolved.batch_source) == expected
 
 
-@pytest.mark.parametrize("config, message", [
-    (RunConfig(global_batch=10), "global batch 10 does not divide by 4 devices"),
-    (RunConfig(global_batch=8, per_device_batch=4), "global_batch 8 != per_device_batch 4 x 4 devices"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (RunConfig(global_batch=10), "global batch 10 does not divide by 4 devices"),
+        (RunConfig(global_batch=8, per_device_batch=4), "global_batch 8 != per_device_batch 4 x 4 devices"),
+    ],
+)
 def test_impossible_batches_are_refused(config, message):
     with pytest.raises(UsageError, match=message):
         resolve(config, GLOBAL, "gpu", 4)
@@ -87,15 +95,20 @@ def good_record(accelbench_cli, tmp_path):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda r: r.update(timestamp_utc="yesterday"), "$.timestamp_utc: 'yesterday' is not a 'date-time'"),
-    (lambda r: r.update(status="failed"), "$.reason: '' should be non-empty"),
-    (lambda r: r.update(status="failed", reason="x"), "$.throughput: "),
-    (lambda r: r["batch"].update(per_device=0), "$.batch.per_device: 0 is less than the minimum of 1"),
-    (lambda r: r.pop("environment"), "'environment' is a required property"),
-    (lambda r: r["environment"].update(memory_returned_to_host="yes"),
-     "$.environment.memory_returned_to_host: 'yes' is not of type 'boolean'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.update(timestamp_utc="yesterday"), "$.timestamp_utc: 'yesterday' is not a 'date-time'"),
+        (lambda r: r.update(status="failed"), "$.reason: '' should be non-empty"),
+        (lambda r: r.update(status="failed", reason="x"), "$.throughput: "),
+        (lambda r: r["batch"].update(per_device=0), "$.batch.per_device: 0 is less than the minimum of 1"),
+        (lambda r: r.pop("environment"), "'environment' is a required property"),
+        (
+            lambda r: r["environment"].update(memory_returned_to_host="yes"),
+            "$.environment.memory_returned_to_host: 'yes' is not of type 'boolean'",
+        ),
+    ],
+)
 def test_hand_made_bad_records_are_rejected_naming_the_field(good_record, accelbench_cli, tmp_path, change, message):
     document = copy.deepcopy(good_record)
     change(document["records"][0])
@@ -198,8 +211,7 @@ def test_option_declarations_accept_and_refuse_values():
     assert Option("rate", kind="float").problem(2) is None
     assert Option("store", choices=("a", "b")).problem("c") == "must be one of a, b, got 'c'"
     assert Option("anything").problem([1, "x"]) is None
-    info = BackendInfo(name="b", framework="f", requires=(), models=("m",),
-                       options={"x": Option("x", kind="complex"), "y": 3})
+    info = BackendInfo(name="b", framework="f", requires=(), models=("m",), options={"x": Option("x", kind="complex"), "y": 3})
     assert "options must map option names to an accelbench.Option or a description" in info.problems()
     info = BackendInfo(name="b", framework="f", requires=(), models=("m",), options={"x": Option("x", kind="complex")})
     assert any("kind must be one of" in p for p in info.problems())
@@ -216,11 +228,17 @@ def test_built_in_environments_are_the_distributions_extras_and_the_host_may_sat
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     extras = declared["project"]["optional-dependencies"]
     infos = {ref.plugin.name: ref.backend.describe() for ref in PluginHost().backends()}
-    for plugin, name in {"tf_benchmarks": "tf", "tpu_official": "tf", "mxnet_ngc": "mxnet",
-                         "torch_ref": "torch", "jax_flax": "jax"}.items():
+    for plugin, name in {
+        "tf_benchmarks": "tf",
+        "tpu_official": "tf",
+        "mxnet_ngc": "mxnet",
+        "torch_ref": "torch",
+        "jax_flax": "jax",
+    }.items():
         # the same requirements as pyproject's extra (packaging may reorder a specifier's clauses)
-        assert [r.split("=")[0].split("<")[0].split(">")[0] for r in infos[plugin].environment] == \
-            [r.split("=")[0].split("<")[0].split(">")[0] for r in extras[name]]
+        assert [r.split("=")[0].split("<")[0].split(">")[0] for r in infos[plugin].environment] == [
+            r.split("=")[0].split("<")[0].split(">")[0] for r in extras[name]
+        ]
         assert infos[plugin].environment == extra(name)
     assert not envs.host_satisfies(("six==1.16.0",)) and envs.host_satisfies(("six>=1",))
     assert not envs.host_satisfies(("accelbench-no-such-package",))
@@ -237,13 +255,16 @@ def _virtio_device(root, name, device_id, features):
     (device / "features").write_text(features + "\n")
 
 
-@pytest.mark.parametrize("devices, expected", [
-    # a network device (id 1) and a balloon (id 5) with bit 5, free page reporting: the host takes pages back
-    ([("virtio0", 0x0001, "110001011011101100000000"), ("virtio1", 0x0005, "011001010000000000000000")], True),
-    ([("virtio0", 0x0005, "011000000000000000000000")], False),  # a balloon without reporting
-    ([("virtio0", 0x0001, "111111000000000000000000")], False),  # bit 5 of another device means nothing
-    ([], False),
-])
+@pytest.mark.parametrize(
+    "devices, expected",
+    [
+        # a network device (id 1) and a balloon (id 5) with bit 5, free page reporting: the host takes pages back
+        ([("virtio0", 0x0001, "110001011011101100000000"), ("virtio1", 0x0005, "011001010000000000000000")], True),
+        ([("virtio0", 0x0005, "011000000000000000000000")], False),  # a balloon without reporting
+        ([("virtio0", 0x0001, "111111000000000000000000")], False),  # bit 5 of another device means nothing
+        ([], False),
+    ],
+)
 def test_free_page_reporting_is_read_from_the_balloons_negotiated_features(tmp_path, devices, expected):
     from accelbench.environment import memory_returned_to_host
 
@@ -268,8 +289,9 @@ def test_throughput_over_trials_is_pooled_images_over_wall_never_a_mean_of_rates
     from accelbench import records
     from accelbench.config import RunConfig
 
-    trials = [records.TrialRow(i, "ok", "", 80, wall, 80 / wall, [wall / 10] * 10, [1.0] * 10)
-              for i, wall in enumerate((10.0, 20.0))]
+    trials = [
+        records.TrialRow(i, "ok", "", 80, wall, 80 / wall, [wall / 10] * 10, [1.0] * 10) for i, wall in enumerate((10.0, 20.0))
+    ]
     throughput, _, _ = records.statistics(trials, RunConfig(global_batch=8))
     assert throughput.images_per_sec == pytest.approx(160 / 30, rel=1e-12)
     assert throughput.images == 160 and throughput.wall_time_s == 30.0
@@ -286,7 +308,8 @@ def test_a_record_without_a_peak_says_why_and_the_table_says_how_to_get_one(monk
     assert records.add_utilisation(flops, None, "cpu") is None
     assert flops.utilisation is None and "run `accelbench peak`" in flops.peak_reason
     record = records.Record.from_json(
-        json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][0])
+        json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][0]
+    )
     record.flops = flops
     out = Console(width=200, record=True)
     ResultsTable([record]).print(out)

@@ -10,7 +10,7 @@ from conftest import a_record, load_records, throughput_of
 
 
 def test_images_per_dollar_from_the_study_inputs():
-    assert cost.images_per_dollar(3128, 12.24) == pytest.approx(920_000)        # 4x V100, p3.8xlarge
+    assert cost.images_per_dollar(3128, 12.24) == pytest.approx(920_000)  # 4x V100, p3.8xlarge
     assert cost.images_per_dollar(3186, 6.50) == pytest.approx(1_764_553.8, rel=1e-7)  # Cloud TPU
 
 
@@ -47,9 +47,18 @@ def test_catalogue_matches_device_and_user_file_overrides(tmp_path):
     v100 = record_on("gpu", 4, "Tesla V100-SXM2-16GB", ips=3128)
     assert cost.choose_price(v100, cost.load_catalogue(), None).price_per_hour == 12.24
     mine = tmp_path / "prices.json"
-    entry = {"name": "p3.8xlarge", "accelerator": "4 x V100 (reserved)", "device_kind": "gpu",
-             "device_name_pattern": "V100", "accelerators_per_instance": 4, "price_per_hour": 7.50,
-             "pricing": "reserved", "currency": "USD", "date": "2026-11", "source": "my quote"}
+    entry = {
+        "name": "p3.8xlarge",
+        "accelerator": "4 x V100 (reserved)",
+        "device_kind": "gpu",
+        "device_name_pattern": "V100",
+        "accelerators_per_instance": 4,
+        "price_per_hour": 7.50,
+        "pricing": "reserved",
+        "currency": "USD",
+        "date": "2026-11",
+        "source": "my quote",
+    }
     mine.write_text(json.dumps({"schema_version": "1.0.0", "entries": [entry]}))
     price = cost.choose_price(v100, cost.load_catalogue(mine), None)
     assert (price.price_per_hour, price.pricing) == (7.50, "reserved")
@@ -57,14 +66,27 @@ def test_catalogue_matches_device_and_user_file_overrides(tmp_path):
     assert cost.choose_price(record_on("gpu", 8, "Tesla V100"), cost.load_catalogue(mine), None) is None
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("price_per_hour", -1, "$.entries[0].price_per_hour: -1 is less than or equal to the minimum of 0"),
-    ("pricing", "monthly", "$.entries[0].pricing: 'monthly' is not one of"),
-    ("currency", "dollars", "$.entries[0].currency: 'dollars' does not match"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("price_per_hour", -1, "$.entries[0].price_per_hour: -1 is less than or equal to the minimum of 0"),
+        ("pricing", "monthly", "$.entries[0].pricing: 'monthly' is not one of"),
+        ("currency", "dollars", "$.entries[0].currency: 'dollars' does not match"),
+    ],
+)
 def test_a_bad_catalogue_entry_is_refused_naming_the_field(tmp_path, accelbench_cli, field, value, message):
-    entry = {"name": "x", "accelerator": "x", "device_kind": "gpu", "accelerators_per_instance": 1,
-             "price_per_hour": 1.0, "pricing": "spot", "currency": "USD", "date": "2026-11", "source": "s", field: value}
+    entry = {
+        "name": "x",
+        "accelerator": "x",
+        "device_kind": "gpu",
+        "accelerators_per_instance": 1,
+        "price_per_hour": 1.0,
+        "pricing": "spot",
+        "currency": "USD",
+        "date": "2026-11",
+        "source": "s",
+        field: value,
+    }
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema_version": "1.0.0", "entries": [entry]}))
     with pytest.raises(UsageError, match=re.escape(message)):
@@ -75,8 +97,23 @@ def test_a_bad_catalogue_entry_is_refused_naming_the_field(tmp_path, accelbench_
 
 def test_sweep_run_then_report(accelbench_cli, tmp_path):
     results = tmp_path / "sweep.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--batch-sizes", "8,16,32", "--warmup-steps", "1",
-                          "--timed-steps", "10", "--option", "step_ms=4", "--price-per-hour", "0.50", "-o", str(results))
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--batch-sizes",
+        "8,16,32",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "10",
+        "--option",
+        "step_ms=4",
+        "--price-per-hour",
+        "0.50",
+        "-o",
+        str(results),
+    )
     assert done.returncode == 0, done.stderr
     records = load_records(results)
     assert [r["batch"]["global"] for r in records] == [8, 16, 32]
@@ -121,12 +158,40 @@ def test_report_shows_the_comparison_and_groups_workloads(accelbench_cli, tmp_pa
     import html5lib
 
     results = tmp_path / "cmp.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", "--trials", "3", "--timed-steps", "10",
-                          "--option", "step_ms=4", "--option", "twin_scale=1.10", "-o", str(results))
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--plugin",
+        "twin",
+        "--trials",
+        "3",
+        "--timed-steps",
+        "10",
+        "--option",
+        "step_ms=4",
+        "--option",
+        "twin_scale=1.10",
+        "-o",
+        str(results),
+    )
     assert done.returncode == 0, done.stderr
     small = tmp_path / "small.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--image-size", "32", "--timed-steps", "10",
-                          "--option", "step_ms=4", "--option", "noise=0.5", "-o", str(small))
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--image-size",
+        "32",
+        "--timed-steps",
+        "10",
+        "--option",
+        "step_ms=4",
+        "--option",
+        "noise=0.5",
+        "-o",
+        str(small),
+    )
     assert done.returncode == 0, done.stderr
     compared = accelbench_cli("compare", str(results), "--tolerance", "3%", "--json")
     [expected] = json.loads(compared.stdout)["comparisons"]
@@ -158,13 +223,20 @@ def test_figure_titles_fit_their_figures():
     from accelbench.blocks import Cost, PriceRef
     from accelbench.records import ModelRef, Named
 
-    record = a_record(plugin=Named("a-plugin-with-a-long-name", "1"), backend=Named("and-a-long-backend-name", "1"),
-                      precision="bf16", model=ModelRef("resnet50", "v1.5"), image_size=224,
-                      throughput=throughput_of(7.0),
-                      cost=Cost(PriceRef("x", 1.0, "USD", "on-demand", "test"), "", images_per_dollar=50_000.0))
+    record = a_record(
+        plugin=Named("a-plugin-with-a-long-name", "1"),
+        backend=Named("and-a-long-backend-name", "1"),
+        precision="bf16",
+        model=ModelRef("resnet50", "v1.5"),
+        image_size=224,
+        throughput=throughput_of(7.0),
+        cost=Cost(PriceRef("x", 1.0, "USD", "on-demand", "test"), "", images_per_dollar=50_000.0),
+    )
     catalogue = cost.load_catalogue(None)
-    for figure in (report.dollars_figure([record], report.study_reference(), catalogue),
-                   report.sweep_figure([record], report.study_reference(), "Throughput against batch: resnet50 v1.5")):
+    for figure in (
+        report.dollars_figure([record], report.study_reference(), catalogue),
+        report.sweep_figure([record], report.study_reference(), "Throughput against batch: resnet50 v1.5"),
+    ):
         figure.canvas.draw()
         title = figure.axes[0].title.get_window_extent()
         width = figure.get_window_extent().width

@@ -60,8 +60,14 @@ def test_every_readme_command_parses(args):
 
 def test_the_readme_has_the_tour_a_newcomer_needs():
     assert len(readme_commands()) >= 6
-    for topic in ("accelbench compare", "accelbench report", "pytest --pyargs accelbench.benchmarks",
-                  "register_backends", "[project.entry-points.accelbench]", "mkdocs"):
+    for topic in (
+        "accelbench compare",
+        "accelbench report",
+        "pytest --pyargs accelbench.benchmarks",
+        "register_backends",
+        "[project.entry-points.accelbench]",
+        "mkdocs",
+    ):
         assert topic in README, topic
 
 
@@ -77,8 +83,13 @@ def copy_of_the_site(tmp_path):
 
 
 def build(site, out):
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=site,
-                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 def test_the_site_builds_strictly_with_every_generated_part(tmp_path):
@@ -124,11 +135,14 @@ def test_a_figure_edited_in_a_file_changes_the_rendered_page(tmp_path):
     assert "## a-machine" in after and "Intel" in after and "accelbench run" in after
 
 
-@pytest.mark.parametrize("spoil, says", [
-    (lambda d: d.pop("command"), "no command"),
-    (lambda d: d["records"][0]["environment"].update(cpu_flags=[]), "lacks its machine"),
-    (lambda d: d["records"][0].pop("status"), "not a valid results file"),
-])
+@pytest.mark.parametrize(
+    "spoil, says",
+    [
+        (lambda d: d.pop("command"), "no command"),
+        (lambda d: d["records"][0]["environment"].update(cpu_flags=[]), "lacks its machine"),
+        (lambda d: d["records"][0].pop("status"), "not a valid results file"),
+    ],
+)
 def test_evidence_without_its_machine_or_command_or_schema_is_refused_by_path(tmp_path, spoil, says):
     path = Path(a_results_file(tmp_path))
     document = json.loads(path.read_text())
@@ -157,8 +171,9 @@ def test_every_schema_field_is_described():
 
 def narrow_records():
     rs = records.read_results(next(p for p in sorted(RESULTS.rglob("*.json")) if p.stem.endswith("lockstep-hog")))
-    failed = dataclasses.replace(copy.deepcopy(rs[0]), status="unavailable", reason="bf16 needs AVX-512",
-                                 throughput=None, step_time=None, flops=None)
+    failed = dataclasses.replace(
+        copy.deepcopy(rs[0]), status="unavailable", reason="bf16 needs AVX-512", throughput=None, step_time=None, flops=None
+    )
     failed.plugin.name = "tpu_official"
     return rs + [failed]
 

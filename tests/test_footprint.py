@@ -27,9 +27,23 @@ def fake_powercap(root, zones):
 
 def run_sleepy(accelbench_cli, tmp_path, *options, trials="2", schedule=None, extra=()):
     out = tmp_path / "out.json"
-    args = ["run", "--backend", "sleepy:fixed-time", "--trials", trials, "--warmup-steps", "3",
-            "--timed-steps", "10", "--option", "step_ms=5", *[a for o in options for a in ("--option", o)],
-            *extra, "-o", str(out)]
+    args = [
+        "run",
+        "--backend",
+        "sleepy:fixed-time",
+        "--trials",
+        trials,
+        "--warmup-steps",
+        "3",
+        "--timed-steps",
+        "10",
+        "--option",
+        "step_ms=5",
+        *[a for o in options for a in ("--option", o)],
+        *extra,
+        "-o",
+        str(out),
+    ]
     if schedule:
         args += ["--schedule", schedule]
     done = accelbench_cli(*args)
@@ -37,8 +51,7 @@ def run_sleepy(accelbench_cli, tmp_path, *options, trials="2", schedule=None, ex
     return load_records(out), done
 
 
-def test_the_record_holds_the_memory_the_worker_held_and_the_device_peak_the_framework_reported(
-        accelbench_cli, tmp_path):
+def test_the_record_holds_the_memory_the_worker_held_and_the_device_peak_the_framework_reported(accelbench_cli, tmp_path):
     [record], _ = run_sleepy(accelbench_cli, tmp_path, "hold_mb=300", "device_bytes=123456789")
     memory = record["memory"]
     # the held 300 MiB plus the interpreter, numpy and accelbench (under 200 MiB on every machine seen)
@@ -65,20 +78,23 @@ def test_a_broken_device_report_is_a_missing_figure_with_its_reason_not_a_failed
             return {"peak": 1}
 
     assert _device_memory(Raises()).reason.startswith("device_memory() raised RuntimeError: no such counter")
-    assert _device_memory(Wrong()).peak_bytes is None and "must return accelbench.DeviceMemory" in _device_memory(
-        Wrong()).reason
+    assert _device_memory(Wrong()).peak_bytes is None and "must return accelbench.DeviceMemory" in _device_memory(Wrong()).reason
 
 
 def test_without_energy_counters_the_record_says_why_and_the_table_says_it_once(accelbench_cli, tmp_path, monkeypatch):
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(tmp_path / "no-powercap"))
     [record], done = run_sleepy(accelbench_cli, tmp_path)
-    assert record["energy"] == {"joules": None, "joules_per_image": None, "images_per_kwh": None, "source": None,
-                                "reason": f"no RAPL/powercap interface ({tmp_path / 'no-powercap'} is absent)"}
+    assert record["energy"] == {
+        "joules": None,
+        "joules_per_image": None,
+        "images_per_kwh": None,
+        "source": None,
+        "reason": f"no RAPL/powercap interface ({tmp_path / 'no-powercap'} is absent)",
+    }
     assert done.stdout.count("no energy figure (J/image): no RAPL/powercap interface") == 1
 
 
-def test_joules_come_from_the_counters_advance_over_the_timed_steps_across_a_wrap(accelbench_cli, tmp_path,
-                                                                                 monkeypatch):
+def test_joules_come_from_the_counters_advance_over_the_timed_steps_across_a_wrap(accelbench_cli, tmp_path, monkeypatch):
     # 2 trials x 10 timed steps x 0.25 J; the counter starts 1 J below its range, so it wraps
     root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 9_000_000, 10_000_000)})
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(root))
@@ -96,9 +112,31 @@ def test_lockstep_counts_the_energy_of_the_counted_blocks_only(accelbench_cli, t
     root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 0, 10**12)})
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(root))
     out = tmp_path / "ls.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", "--schedule", "lockstep", "--trials", "2",
-                          "--blocks", "2", "--warmup-steps", "2", "--timed-steps", "6", "--when-busy", "go",
-                          "--option", "step_ms=5", "--option", "energy_uj_per_step=1000", "-o", str(out))
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--plugin",
+        "twin",
+        "--schedule",
+        "lockstep",
+        "--trials",
+        "2",
+        "--blocks",
+        "2",
+        "--warmup-steps",
+        "2",
+        "--timed-steps",
+        "6",
+        "--when-busy",
+        "go",
+        "--option",
+        "step_ms=5",
+        "--option",
+        "energy_uj_per_step=1000",
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     for record in load_records(out):
         # each block advances the counter by its own steps only (the other side is parked)
@@ -108,9 +146,15 @@ def test_lockstep_counts_the_energy_of_the_counted_blocks_only(accelbench_cli, t
 
 
 def test_the_meter_counts_packages_and_dram_once_and_leaves_out_their_parts_and_the_platform(tmp_path, monkeypatch):
-    root = fake_powercap(tmp_path / "powercap", {
-        "intel-rapl:0": ("package-0", 5_000_000, 100_000_000), "intel-rapl:0:0": ("core", 1, 100_000_000),
-        "intel-rapl:0:1": ("dram", 2_000_000, 100_000_000), "intel-rapl:1": ("psys", 7, 100_000_000)})
+    root = fake_powercap(
+        tmp_path / "powercap",
+        {
+            "intel-rapl:0": ("package-0", 5_000_000, 100_000_000),
+            "intel-rapl:0:0": ("core", 1, 100_000_000),
+            "intel-rapl:0:1": ("dram", 2_000_000, 100_000_000),
+            "intel-rapl:1": ("psys", 7, 100_000_000),
+        },
+    )
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(root))
     meter = energy.Meter.find(gpus=False)
     assert [c.name for c in meter.counters] == ["RAPL intel-rapl:0 package-0", "RAPL intel-rapl:0:1 dram"]
@@ -160,10 +204,13 @@ def test_a_multi_worker_trial_sums_its_workers_peaks_and_does_not_add_up_machine
 
     def rank(peak, wall, first):
         usage = ProcessUsage(1.0, 0.1, 0, peak_resident_bytes=peak)
-        return TrialOutcome("ok", "", Timing([wall], wall, 1, 1, usage=usage,
-                                             energy=energy.EnergyUse(10.0, "RAPL intel-rapl:0 package-0")),
-                            device_memory=DeviceMemory(peak // 2, "counter"),
-                            startup=footprint.Startup(first, 0.5, 1.0))
+        return TrialOutcome(
+            "ok",
+            "",
+            Timing([wall], wall, 1, 1, usage=usage, energy=energy.EnergyUse(10.0, "RAPL intel-rapl:0 package-0")),
+            device_memory=DeviceMemory(peak // 2, "counter"),
+            startup=footprint.Startup(first, 0.5, 1.0),
+        )
 
     merged = merge([rank(100 * MIB, 2.0, 3.0), rank(120 * MIB, 1.0, 4.0)])
     memory = footprint.memory_of([merged])
@@ -179,9 +226,12 @@ def test_nvml_counts_each_visible_gpus_total_energy_in_millijoules(monkeypatch, 
 
     readings = {0: [1000, 5000], 1: [0, 0], 2: [10_000, 12_500]}
     fake = types.SimpleNamespace(
-        NVMLError=RuntimeError, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 3,
+        NVMLError=RuntimeError,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetCount=lambda: 3,
         nvmlDeviceGetHandleByIndex=lambda index: index,
-        nvmlDeviceGetTotalEnergyConsumption=lambda handle: readings[handle][0])
+        nvmlDeviceGetTotalEnergyConsumption=lambda handle: readings[handle][0],
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(tmp_path / "none"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2")
@@ -196,17 +246,18 @@ def test_nvml_counts_each_visible_gpus_total_energy_in_millijoules(monkeypatch, 
 
 
 def test_price_per_kwh_prices_the_measured_energy_and_the_report_shows_it_beside_start_up_and_memory(
-        accelbench_cli, tmp_path, monkeypatch):
+    accelbench_cli, tmp_path, monkeypatch
+):
     root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 0, 10**12)})
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(root))
-    [record], done = run_sleepy(accelbench_cli, tmp_path, "energy_uj_per_step=250000", "device_bytes=2147483648",
-                                extra=("--price-per-kwh", "0.30"))
+    [record], done = run_sleepy(
+        accelbench_cli, tmp_path, "energy_uj_per_step=250000", "device_bytes=2147483648", extra=("--price-per-kwh", "0.30")
+    )
     priced = record["cost"]["energy"]
     per_image = record["energy"]["joules_per_image"] / 3.6e6 * 0.30
     assert priced["per_image"] == pytest.approx(per_image) and priced["price_per_kwh"] == 0.30
     assert priced["per_epoch"] == pytest.approx(per_image * 1_281_167)
-    report = accelbench_cli("report", str(tmp_path / "out.json"), "--out", str(tmp_path / "report"),
-                            "--price-per-kwh", "0.30")
+    report = accelbench_cli("report", str(tmp_path / "out.json"), "--out", str(tmp_path / "report"), "--price-per-kwh", "0.30")
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "report" / "index.html").read_text()
     assert "Start-up, memory and energy" in page and "<td>2.00</td>" in page  # the device's 2 GiB

@@ -24,15 +24,19 @@ def check():
 
 
 def run_script(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "--out is required"),
-    (["--out", "x", "--budget", "10"], "--budget must exceed 20 s"),
-    (["--out", "x", "--time", "0"], "--time must be positive"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "--out is required"),
+        (["--out", "x", "--budget", "10"], "--budget must exceed 20 s"),
+        (["--out", "x", "--time", "0"], "--time must be positive"),
+    ],
+)
 def test_bad_arguments_are_refused(args, message):
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     result = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env)
@@ -67,38 +71,43 @@ def test_the_cuda_version_is_read_from_nvidia_smis_banner_not_its_driver(check):
     assert check.cuda_version("| NVIDIA-SMI has failed |") == ""
 
 
-def test_carried_wheels_and_accelbench_go_into_this_interpreter_from_files_alone(check, tmp_path, monkeypatch,
-                                                                                capsys):
+def test_carried_wheels_and_accelbench_go_into_this_interpreter_from_files_alone(check, tmp_path, monkeypatch, capsys):
     (tmp_path / "jsonschema-4.25.1-py3-none-any.whl").write_bytes(b"")
     commands = []
-    monkeypatch.setattr(check.subprocess, "run", lambda command, **_: commands.append(command) or
-                        subprocess.CompletedProcess(command, 0, "", ""))
+    monkeypatch.setattr(
+        check.subprocess, "run", lambda command, **_: commands.append(command) or subprocess.CompletedProcess(command, 0, "", "")
+    )
     assert check.install_offline(str(tmp_path)) == sys.executable
     offline = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
-    assert commands == [[*offline, str(tmp_path / "jsonschema-4.25.1-py3-none-any.whl")],
-                        [*offline, "--no-build-isolation", "-e", str(check.ROOT)]]
-    assert capsys.readouterr().out.splitlines() == ["install carried wheels (no registry): ok",
-                                                    "install accelbench (no registry): ok"]
+    assert commands == [
+        [*offline, str(tmp_path / "jsonschema-4.25.1-py3-none-any.whl")],
+        [*offline, "--no-build-isolation", "-e", str(check.ROOT)],
+    ]
+    assert capsys.readouterr().out.splitlines() == [
+        "install carried wheels (no registry): ok",
+        "install accelbench (no registry): ok",
+    ]
 
 
 def test_the_reference_step_takes_the_selected_plugins_cases(check):
     assert check.selected_cases(check.parse_args(["--out", "x", "--plugins", "torch_ref,mxnet_ngc"])) == [
-        "torch-bf16", "torch-fp32"]
-    assert check.selected_cases(check.parse_args(["--out", "x"])) == ["torch-bf16", "torch-fp32", "jax-bf16",
-                                                                       "jax-fp32"]
+        "torch-bf16",
+        "torch-fp32",
+    ]
+    assert check.selected_cases(check.parse_args(["--out", "x"])) == ["torch-bf16", "torch-fp32", "jax-bf16", "jax-fp32"]
 
 
 def test_the_reference_step_asks_for_pairs_of_processes_when_told(check, tmp_path):
     one = check.reference_command("python", "jax-bf16", check.parse_args(["--out", "x"]), tmp_path, 1)
     assert "--pairs" not in one and one[one.index("--rounds") + 1] == "20"
-    three = check.reference_command("python", "jax-bf16", check.parse_args(["--out", "x", "--pairs", "3", "--rounds",
-                                                                             "4"]), tmp_path, 3)
+    three = check.reference_command(
+        "python", "jax-bf16", check.parse_args(["--out", "x", "--pairs", "3", "--rounds", "4"]), tmp_path, 3
+    )
     assert three[three.index("--pairs") + 1] == "3" and three[three.index("--rounds") + 1] == "4"
     assert three[three.index("--device") + 1] == "gpu" and three[three.index("--case") + 1] == "jax-bf16"
 
 
-@pytest.mark.parametrize("granted, wanted, fit", [(410.0, 3, 1), (600.0, 3, 2), (900.0, 3, 3), (2000.0, 3, 3),
-                                                   (250.0, 1, 1)])
+@pytest.mark.parametrize("granted, wanted, fit", [(410.0, 3, 1), (600.0, 3, 2), (900.0, 3, 3), (2000.0, 3, 3), (250.0, 1, 1)])
 def test_a_pairs_case_asks_for_the_pairs_that_fit_its_share(check, granted, wanted, fit):
     """Pairs of 236 s (140 s of start-ups, 16 rounds of 6 s): a case stopped midway prints no
     table, so it is asked for the pairs that fit (on the H200 the third of three did not)."""
@@ -117,17 +126,34 @@ def test_a_case_given_fewer_pairs_than_asked_says_so(check, tmp_path, monkeypatc
     assert "reference jax-bf16: 2 of 3 pairs fit its 480 s share" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--steps", "runs,warp"], "--steps: no step warp"), (["--rounds", "0"], "must be at least 1"),
-    (["--pairs", "0"], "--pairs must be at least 1")])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "runs,warp"], "--steps: no step warp"),
+        (["--rounds", "0"], "must be at least 1"),
+        (["--pairs", "0"], "--pairs must be at least 1"),
+    ],
+)
 def test_bad_steps_and_reference_sizes_are_refused(args, message):
     result = run_script("--out", "x", *args)
     assert result.returncode == 2 and message in result.stderr
 
 
 def test_a_dry_run_brings_back_validated_records_and_a_summary(testplugins_path, tmp_path):
-    result = run_script("--out", str(tmp_path), "--dry-run", "--plugins", "sleepy", "--device", "cpu",
-                        "--time", "1", "--budget", "120", env={"PYTHONPATH": str(testplugins_path)})
+    result = run_script(
+        "--out",
+        str(tmp_path),
+        "--dry-run",
+        "--plugins",
+        "sleepy",
+        "--device",
+        "cpu",
+        "--time",
+        "1",
+        "--budget",
+        "120",
+        env={"PYTHONPATH": str(testplugins_path)},
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
     assert out[0].startswith(("GPU: ", "nvidia-smi: not found"))
@@ -158,17 +184,47 @@ def test_the_summary_holds_the_reference_rows_under_one_header(check, tmp_path):
     rows = [*header, "| `torch_ref` v1.5 bf16 | 256 |", *header, "| jax-fp32 | 256 | failed: no GPU |"]
     check.summarize(sys.executable, tmp_path, {"gpu": "NVIDIA H200", "driver": "", "cuda": "", "line": ""}, [], rows)
     text = (tmp_path / "summary.md").read_text().split("Beside the bare loops on NVIDIA H200, in lockstep:")[1]
-    assert text.split() == ["|", "plugin", "|", "batch", "|", "|---|---|", "|", "`torch_ref`", "v1.5", "bf16", "|",
-                            "256", "|", "|", "jax-fp32", "|", "256", "|", "failed:", "no", "GPU", "|"]
+    assert text.split() == [
+        "|",
+        "plugin",
+        "|",
+        "batch",
+        "|",
+        "|---|---|",
+        "|",
+        "`torch_ref`",
+        "v1.5",
+        "bf16",
+        "|",
+        "256",
+        "|",
+        "|",
+        "jax-fp32",
+        "|",
+        "256",
+        "|",
+        "failed:",
+        "no",
+        "GPU",
+        "|",
+    ]
 
 
-@pytest.mark.parametrize("kind, name, precision, devices, tflops", [
-    ("gpu", "NVIDIA H200", "bf16", 1, 989.5), ("gpu", "NVIDIA H200 NVL", "bf16", 1, 835.5),
-    ("gpu", "NVIDIA H100 80GB HBM3", "fp32", 1, 494.5), ("gpu", "NVIDIA H100 PCIe", "fp16", 2, 1513.0),
-    ("gpu", "NVIDIA H100 NVL", "bf16", 1, 835.5),
-    ("gpu", "Tesla V100-SXM2-16GB", "fp16", 4, 500.0), ("gpu", "Tesla V100-SXM2-16GB", "bf16", 1, None),
-    ("tpu", "v2-8", "bf16", 4, 180.0), ("gpu", "AMD Instinct MI300X", "bf16", 1, None), ("cpu", "AMD EPYC", "fp32", 1, None),
-])
+@pytest.mark.parametrize(
+    "kind, name, precision, devices, tflops",
+    [
+        ("gpu", "NVIDIA H200", "bf16", 1, 989.5),
+        ("gpu", "NVIDIA H200 NVL", "bf16", 1, 835.5),
+        ("gpu", "NVIDIA H100 80GB HBM3", "fp32", 1, 494.5),
+        ("gpu", "NVIDIA H100 PCIe", "fp16", 2, 1513.0),
+        ("gpu", "NVIDIA H100 NVL", "bf16", 1, 835.5),
+        ("gpu", "Tesla V100-SXM2-16GB", "fp16", 4, 500.0),
+        ("gpu", "Tesla V100-SXM2-16GB", "bf16", 1, None),
+        ("tpu", "v2-8", "bf16", 4, 180.0),
+        ("gpu", "AMD Instinct MI300X", "bf16", 1, None),
+        ("cpu", "AMD EPYC", "fp32", 1, None),
+    ],
+)
 def test_published_peaks(kind, name, precision, devices, tflops):
     from accelbench import peaks
 
@@ -185,8 +241,9 @@ def test_a_gpu_record_gets_its_utilisation(monkeypatch, tmp_path):
     from conftest import a_record
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no peak measured on this machine
-    environment = dataclasses.replace(a_record().environment, accelerators=[], cpu_model="AMD EPYC", cpu_cores=2,
-                                      cpu_flags=["avx2"])
+    environment = dataclasses.replace(
+        a_record().environment, accelerators=[], cpu_model="AMD EPYC", cpu_cores=2, cpu_flags=["avx2"]
+    )
     tensorflow = Named("tensorflow", "2.21.0")
     peak = run_peak("fp16", DeviceRef("gpu", 4, "Tesla V100-SXM2-16GB"), tensorflow, environment, devices=4)
     flops = Flops(per_image=2.3e10, achieved_per_s=1.0e14)

@@ -25,13 +25,20 @@ def test_plugins_lists_builtins_and_thirdparty(accelbench_cli):
 
 
 def test_listing_plugins_imports_no_framework(testplugins_path):
-    code = ("import sys, contextlib, io\n"
-            "from accelbench.cli import cli\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    cli.main(['plugins'], standalone_mode=False)\n"
-            "print(sorted(m for m in ('tensorflow', 'mxnet', 'tf_keras', 'keras', 'numpy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(testplugins_path), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys, contextlib, io\n"
+        "from accelbench.cli import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    cli.main(['plugins'], standalone_mode=False)\n"
+        "print(sorted(m for m in ('tensorflow', 'mxnet', 'tf_keras', 'keras', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(testplugins_path), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -42,8 +49,21 @@ def test_allow_list_restricts_loaded_plugins(accelbench_cli):
 
 def test_thirdparty_images_per_sec_matches_true_step_time(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
-    result = accelbench_cli("run", "--plugin", "sleepy", "--global-batch", "16", "--warmup-steps", "3",
-                            "--timed-steps", "60", "--option", "step_ms=25", "-o", str(out))
+    result = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--global-batch",
+        "16",
+        "--warmup-steps",
+        "3",
+        "--timed-steps",
+        "60",
+        "--option",
+        "step_ms=25",
+        "-o",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     [record] = load_records(out)
     assert record["status"] == "ok"
@@ -61,8 +81,23 @@ def test_each_trial_records_what_its_timed_steps_cost_the_worker(accelbench_cli,
     """The sleepy backend's step busy-waits on one thread: the worker's CPU time over the timed
     steps must be their wall time, give or take the scheduler."""
     out = tmp_path / "r.json"
-    result = accelbench_cli("run", "--plugin", "sleepy", "--backend", "sleepy:fixed-time", "--global-batch", "4",
-                            "--warmup-steps", "2", "--timed-steps", "40", "--option", "step_ms=25", "-o", str(out))
+    result = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--backend",
+        "sleepy:fixed-time",
+        "--global-batch",
+        "4",
+        "--warmup-steps",
+        "2",
+        "--timed-steps",
+        "40",
+        "--option",
+        "step_ms=25",
+        "-o",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     [trial] = load_records(out)[0]["trials"]
     cpu = trial["process"]["cpu_user_s"] + trial["process"]["cpu_system_s"]
@@ -72,8 +107,21 @@ def test_each_trial_records_what_its_timed_steps_cost_the_worker(accelbench_cli,
 
 def test_trials_run_in_separate_processes_and_bootstrap_over_trials(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
-    result = accelbench_cli("run", "--backend", "sleepy:fixed-time", "--trials", "3", "--warmup-steps", "1",
-                            "--timed-steps", "10", "--option", "step_ms=5", "-o", str(out))
+    result = accelbench_cli(
+        "run",
+        "--backend",
+        "sleepy:fixed-time",
+        "--trials",
+        "3",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "10",
+        "--option",
+        "step_ms=5",
+        "-o",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     [record] = load_records(out)
     assert [t["index"] for t in record["trials"]] == [0, 1, 2]
@@ -98,12 +146,27 @@ def test_every_failure_becomes_a_record_and_other_runs_go_on(accelbench_cli, tmp
     warm-up, before any block, and the fixed-time backend goes on alone)."""
     out = tmp_path / "r.json"
     started = time.monotonic()
-    result = accelbench_cli("run", "--plugin", "misbehaving", "--plugin", "sleepy", "--timeout", "8",
-                            "--schedule", schedule,
-                            # 1 GB, not 2: the oom backend's pages reach it in half the faults, which
-                            # the 8 s timeout absorbs on a balloon VM whose faults are slow under load
-                            "--memory-limit-mb", "1024", "--warmup-steps", "1", "--timed-steps", "5",
-                            "-o", str(out))
+    result = accelbench_cli(
+        "run",
+        "--plugin",
+        "misbehaving",
+        "--plugin",
+        "sleepy",
+        "--timeout",
+        "8",
+        "--schedule",
+        schedule,
+        # 1 GB, not 2: the oom backend's pages reach it in half the faults, which
+        # the 8 s timeout absorbs on a balloon VM whose faults are slow under load
+        "--memory-limit-mb",
+        "1024",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "5",
+        "-o",
+        str(out),
+    )
     assert time.monotonic() - started < 60
     assert result.returncode == 1  # some runs failed
     by_backend = {r["backend"]["name"]: r for r in load_records(out)}
@@ -115,23 +178,34 @@ def test_every_failure_becomes_a_record_and_other_runs_go_on(accelbench_cli, tmp
     assert accelbench_cli("validate", str(out)).returncode == 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--plugin", "nope"], "unknown plugin 'nope'"),
-    (["--backend", "sleepy:nope"], "unknown backend 'sleepy:nope'"),
-    (["--plugin", "sleepy", "--global-batch", "0"], "$.global_batch: 0 is less than the minimum of 1"),
-    (["--plugin", "sleepy", "--global-batch", "9", "--device-count", "2"], "global batch 9 does not divide by 2 devices"),
-    (["--plugin", "sleepy", "--precision", "fp8"],
-     "precision 'fp8': no selected backend offers it (precisions offered: sleepy:fixed-time: fp32, bf16)"),
-    (["--plugin", "sleepy", "--model", "mlp"],
-     "model 'mlp': no selected backend offers it (models offered: sleepy:fixed-time: resnet50)"),
-    (["--plugin", "sleepy", "--variant", "v2"],
-     "variant 'v2': no selected backend offers it (variants offered: sleepy:fixed-time: v1, v1.5)"),
-    (["--plugin", "sleepy", "--device", "tpu"],
-     "device 'tpu': no selected backend offers it (devices offered: sleepy:fixed-time: cpu)"),
-    (["--plugin", "sleepy", "--model", "bad name"], "$.model"),
-    (["--plugin", "sleepy", "--batch-sizes", "8,x"], "--batch-sizes must be comma-separated integers"),
-    (["--plugin", "sleepy", "--option", "novalue"], "--option must be KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--plugin", "nope"], "unknown plugin 'nope'"),
+        (["--backend", "sleepy:nope"], "unknown backend 'sleepy:nope'"),
+        (["--plugin", "sleepy", "--global-batch", "0"], "$.global_batch: 0 is less than the minimum of 1"),
+        (["--plugin", "sleepy", "--global-batch", "9", "--device-count", "2"], "global batch 9 does not divide by 2 devices"),
+        (
+            ["--plugin", "sleepy", "--precision", "fp8"],
+            "precision 'fp8': no selected backend offers it (precisions offered: sleepy:fixed-time: fp32, bf16)",
+        ),
+        (
+            ["--plugin", "sleepy", "--model", "mlp"],
+            "model 'mlp': no selected backend offers it (models offered: sleepy:fixed-time: resnet50)",
+        ),
+        (
+            ["--plugin", "sleepy", "--variant", "v2"],
+            "variant 'v2': no selected backend offers it (variants offered: sleepy:fixed-time: v1, v1.5)",
+        ),
+        (
+            ["--plugin", "sleepy", "--device", "tpu"],
+            "device 'tpu': no selected backend offers it (devices offered: sleepy:fixed-time: cpu)",
+        ),
+        (["--plugin", "sleepy", "--model", "bad name"], "$.model"),
+        (["--plugin", "sleepy", "--batch-sizes", "8,x"], "--batch-sizes must be comma-separated integers"),
+        (["--plugin", "sleepy", "--option", "novalue"], "--option must be KEY=VALUE"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_nothing_written(accelbench_cli, tmp_path, args, message):
     out = tmp_path / "r.json"
     result = accelbench_cli("run", *args, "-o", str(out))
@@ -140,12 +214,15 @@ def test_bad_input_is_one_line_exit_2_nothing_written(accelbench_cli, tmp_path, 
     assert not out.exists() and not list(tmp_path.glob("results*"))
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "c.json: not JSON (Expecting property name"),
-    ('{"precision": "fp64"}', "precision 'fp64': no selected backend offers it"),
-    ('{"precision": "fp 64"}', "$.precision: 'fp 64' is not valid under any of the given schemas"),
-    ('{"warmup_steps": 1, "colour": "red"}', "Additional properties are not allowed ('colour'"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "c.json: not JSON (Expecting property name"),
+        ('{"precision": "fp64"}', "precision 'fp64': no selected backend offers it"),
+        ('{"precision": "fp 64"}', "$.precision: 'fp 64' is not valid under any of the given schemas"),
+        ('{"warmup_steps": 1, "colour": "red"}', "Additional properties are not allowed ('colour'"),
+    ],
+)
 def test_bad_config_file_is_refused(accelbench_cli, tmp_path, content, message):
     config = tmp_path / "c.json"
     config.write_text(content)
@@ -156,7 +233,7 @@ def test_bad_config_file_is_refused(accelbench_cli, tmp_path, content, message):
 
 def test_toml_config_file_with_flag_override(accelbench_cli, tmp_path):
     config = tmp_path / "c.toml"
-    config.write_text('per_device_batch = 4\nwarmup_steps = 1\ntimed_steps = 5\n[options]\nstep_ms = 2\n')
+    config.write_text("per_device_batch = 4\nwarmup_steps = 1\ntimed_steps = 5\n[options]\nstep_ms = 2\n")
     out = tmp_path / "r.json"
     result = accelbench_cli("run", "--plugin", "sleepy", "--config", str(config), "--timed-steps", "7", "-o", str(out))
     assert result.returncode == 0, result.stderr

@@ -55,8 +55,7 @@ def test_a_records_interval_over_trials_covers_the_true_rate(n):
 @pytest.mark.parametrize("n", [2, 3, 5, 10])
 def test_an_unpaired_comparison_covers_the_true_ratio(n):
     def interval(rng, n):
-        _, ci, count, unit, _ = _unpaired(run_record(trial_rates(rng, n, 10.5)), run_record(trial_rates(rng, n)),
-                                          0, 0.95)
+        _, ci, count, unit, _ = _unpaired(run_record(trial_rates(rng, n, 10.5)), run_record(trial_rates(rng, n)), 0, 0.95)
         assert unit == "trials" and count == n
         return ci
 
@@ -67,6 +66,7 @@ def test_an_unpaired_comparison_covers_the_true_ratio(n):
 def test_paired_rounds_cover_the_true_ratio_through_a_drift_and_an_order_effect(n):
     """Rounds share the machine's speed of the moment (a drift common to both sides), the side
     that runs second in a round is 1% slower, and the order alternates by round."""
+
     def interval(rng, n):
         machine = np.exp(np.cumsum(rng.normal(0.0, 0.05, n)))
         a_first = [i % 2 == 0 for i in range(n)]

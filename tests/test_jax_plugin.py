@@ -17,8 +17,16 @@ SMALL_STEP_CONVOLUTIONS = 3 * 15 - 1
 
 
 def test_flax_resnet50_has_the_reference_parameters_and_flops():
-    record = run_backend("jax_flax", num_classes=1000, image_size=224, global_batch=2, timed_steps=2,
-                         warmup_steps=1, precision="fp32", timeout_s=900)
+    record = run_backend(
+        "jax_flax",
+        num_classes=1000,
+        image_size=224,
+        global_batch=2,
+        timed_steps=2,
+        warmup_steps=1,
+        precision="fp32",
+        timeout_s=900,
+    )
     assert record["status"] == "ok", record["reason"]
     assert record["model"] == {"name": "resnet50", "variant": "v1.5"}
     # the TF, MXNet and PyTorch plugins' ResNet-50 has exactly these trainable parameters
@@ -72,7 +80,8 @@ def test_flax_loss_falls_with_bf16_compute_and_fp32_parameters():
     else:  # XLA's CPU backend (jaxlib without oneDNN) computes bf16 convolutions in f32, whatever the CPU
         assert len(emulated) == 1 and emulated[0].startswith(
             f"bf16 is emulated: XLA's CPU backend compiled the step's convolutions with f32 operands "
-            f"({SMALL_STEP_CONVOLUTIONS}, none in bf16"), emulated
+            f"({SMALL_STEP_CONVOLUTIONS}, none in bf16"
+        ), emulated
 
 
 def test_flax_fp32_computes_in_fp32():
@@ -105,8 +114,14 @@ def test_two_jax_processes_merge_into_one_record_with_identical_weights():
     from accelbench.registry import PluginHost
 
     refs = PluginHost().select(["jax_flax"])
-    [merged] = executed(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
-                                                          warmup_steps=1, timed_steps=4, timeout_s=600, **SMALL)))
+    [merged] = executed(
+        runner.plan(
+            refs,
+            RunConfig(
+                workers=2, per_device_batch=2, scaling_baseline=False, warmup_steps=1, timed_steps=4, timeout_s=600, **SMALL
+            ),
+        )
+    )
     assert merged["status"] == "ok", merged["reason"]
     dist = merged["distributed"]
     assert dist["engine"] == "jax_distributed" and dist["workers"] == 2 and merged["batch"]["global"] == 4

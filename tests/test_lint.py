@@ -1,6 +1,6 @@
-"""Lint and types are part of the suite: pyflakes, pycodestyle and import order over the project's
-code (the rules in pyproject.toml's [tool.ruff]), and mypy over core and the built-in plugins
-([tool.mypy])."""
+"""Lint, format and types are part of the suite: pyflakes, pycodestyle and import order over the
+project's code (the rules in pyproject.toml's [tool.ruff]), ruff's format, and mypy over core
+(--strict flags) and the built-in plugins ([tool.mypy])."""
 
 import os
 import shutil
@@ -9,6 +9,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
+
+
+def test_the_code_is_as_ruff_formats_it():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    done = subprocess.run(
+        [ruff, "format", "--check", "core", "plugins", "tests", "docs"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
 
 
 def test_ruff_finds_nothing():
@@ -31,9 +39,22 @@ def installed_layout(root: Path) -> Path:
 
 
 def mypy(root: Path, *targets: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                           "--cache-dir", str(root / "cache"), *targets],
-                          cwd=root, env={**os.environ, "MYPYPATH": str(root)}, capture_output=True, text=True)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(root / "cache"),
+            *targets,
+        ],
+        cwd=root,
+        env={**os.environ, "MYPYPATH": str(root)},
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_mypy_finds_nothing(tmp_path):
@@ -48,7 +69,7 @@ def test_a_record_indexed_by_a_string_key_is_a_type_error(tmp_path):
     (installed_layout(tmp_path) / "consumer.py").write_text(
         "from accelbench.records import read_results\n\n"
         "for record in read_results('r.json'):\n"
-        "    print(record.status, record['status'])\n")
+        "    print(record.status, record['status'])\n"
+    )
     done = mypy(tmp_path, "consumer.py")
-    assert done.returncode == 1 and 'consumer.py:4: error: Invalid index type "str" for "Record"' in done.stdout, \
-        done.stdout
+    assert done.returncode == 1 and 'consumer.py:4: error: Invalid index type "str" for "Record"' in done.stdout, done.stdout

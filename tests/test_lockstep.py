@@ -66,8 +66,7 @@ def test_two_runs_are_compared_in_lockstep_by_default(accelbench_cli, tmp_path):
     records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3")
     schedule = records[0]["schedule"]
     assert schedule["kind"] == "lockstep" and schedule["rounds"] == 3
-    assert schedule["lockstep"] == {"blocks_per_pair": 4, "block_s": 0.2, "when_busy": "wait",
-                                    "busy_share": busy.BUSY_SHARE}
+    assert schedule["lockstep"] == {"blocks_per_pair": 4, "block_s": 0.2, "when_busy": "wait", "busy_share": busy.BUSY_SHARE}
     for record in records:
         assert [t["round"] for t in record["trials"]] == [0, 1, 2]
         for trial in record["trials"]:
@@ -97,12 +96,14 @@ def test_blocks_are_timed_in_the_worker_and_the_idle_side_is_parked(accelbench_c
         for trial in record["trials"]:
             # the worker's CPU during its timed blocks is its blocks' wall time: it spins only then
             assert trial["process"]["cpu_user_s"] + trial["process"]["cpu_system_s"] == pytest.approx(
-                trial["wall_time_s"], rel=0.15)
+                trial["wall_time_s"], rel=0.15
+            )
 
 
 def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli, tmp_path):
-    records, result = lockstep_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "120",
-                                   "--option", "noise=0.02", *drifting())
+    records, result = lockstep_run(
+        accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "120", "--option", "noise=0.02", *drifting()
+    )
     comparison = compared(records)
     assert comparison.analysis.startswith("lockstep pairs of processes")
     assert comparison.verdict == "within", comparison
@@ -116,27 +117,69 @@ def test_lockstep_decides_where_rounds_in_the_same_time_cannot(accelbench_cli, t
     trials seconds apart, at other phases of the swing, and pay the start-up every trial; lockstep's
     blocks are a tenth of a second apart. On the 2-core Xeon VM (2026-12-06) lockstep decided
     ``within`` in 33-37 s, and rounds were still undecided after 40 s (16-17 rounds), twice each."""
-    swing = ("--option", "step_ms=10", "--warmup-steps", "3", "--option", "noise=0.02", "--option", "wave=0.2",
-             "--option", "wave_period_s=3", "--option", "prepare_s=0.5", "--option", f"drift_origin={time.time()}",
-             "--until-decided", "3%")
+    swing = (
+        "--option",
+        "step_ms=10",
+        "--warmup-steps",
+        "3",
+        "--option",
+        "noise=0.02",
+        "--option",
+        "wave=0.2",
+        "--option",
+        "wave_period_s=3",
+        "--option",
+        "prepare_s=0.5",
+        "--option",
+        f"drift_origin={time.time()}",
+        "--until-decided",
+        "3%",
+    )
     out = tmp_path / "lockstep.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *swing, "--block-time", "0.1s",
-                          "--blocks", "4", "--max-time", "90", "-o", str(out))
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--plugin",
+        "twin",
+        *swing,
+        "--block-time",
+        "0.1s",
+        "--blocks",
+        "4",
+        "--max-time",
+        "90",
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     lockstep = load_records(out)
     assert lockstep[0]["schedule"]["stop_reason"].startswith("decided: ") and compared(lockstep).verdict == "within"
     spent = lockstep[0]["schedule"]["elapsed_s"]
     out = tmp_path / "rounds.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *swing, "--schedule", "interleaved",
-                          "--time", "0.4s", "--max-time", f"{spent:.1f}", "-o", str(out))
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--plugin",
+        "twin",
+        *swing,
+        "--schedule",
+        "interleaved",
+        "--time",
+        "0.4s",
+        "--max-time",
+        f"{spent:.1f}",
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     rounds = load_records(out)
     assert rounds[0]["schedule"]["stop_reason"].startswith("time budget"), rounds[0]["schedule"]["stop_reason"]
 
 
 def test_a_true_five_percent_gap_is_outside(accelbench_cli, tmp_path):
-    records, _ = lockstep_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.05",
-                              *drifting())
+    records, _ = lockstep_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.05", *drifting())
     comparison = compared(records)
     assert comparison.ratio == pytest.approx(1.05, rel=0.015)
     assert comparison.verdict == "outside", comparison
@@ -146,15 +189,16 @@ def test_a_true_five_percent_gap_is_outside(accelbench_cli, tmp_path):
 def test_a_busy_machine_withholds_the_verdict_and_says_why(accelbench_cli, tmp_path, cpu_hog):
     cpu_hog()
     # a 10% gap that the quiet machine decides at once: beside the hog it must not be decided
-    records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3", "--when-busy", "go",
-                                   "--option", "twin_scale=1.10")
+    records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3", "--when-busy", "go", "--option", "twin_scale=1.10")
     shares = [b["foreign_share"] for r in records for t in r["trials"] for b in t["blocks"]]
     assert min(shares) > busy.BUSY_SHARE, shares
     comparison = compared(records)
     assert comparison.verdict == "undecided"
-    assert re.fullmatch(r"verdict withheld: the machine was busy: \d+% of CPU time went to other processes "
-                        r"during sleepy:fixed-time's blocks, \d+% during twin:fixed-time-twin's", comparison.note), \
-        comparison.note
+    assert re.fullmatch(
+        r"verdict withheld: the machine was busy: \d+% of CPU time went to other processes "
+        r"during sleepy:fixed-time's blocks, \d+% during twin:fixed-time-twin's",
+        comparison.note,
+    ), comparison.note
     assert "the machine was busy during a block" in result.stderr  # the terminal warned meanwhile
     verdict = accelbench_cli("compare", str(tmp_path / "run.json"), "--tolerance", "3%", "--json")
     assert verdict.returncode == 3 and json.loads(verdict.stdout)["comparisons"][0]["busy"]
@@ -169,8 +213,7 @@ def test_a_busy_machine_withholds_the_verdict_and_says_why(accelbench_cli, tmp_p
 def test_a_run_that_waits_for_quiet_gives_up_at_its_budget_without_a_verdict(accelbench_cli, tmp_path, cpu_hog):
     cpu_hog()
     started = time.monotonic()
-    records, result = lockstep_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "6s",
-                                   check=False)
+    records, result = lockstep_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "6s", check=False)
     assert time.monotonic() - started < 60
     assert result.returncode == 0, result.stderr
     assert "waiting for it to quieten" in result.stderr
@@ -185,14 +228,22 @@ def test_a_busy_block_is_run_again_once_the_machine_is_quiet(accelbench_cli, tmp
     every CPU for 1.5 s: that block is kept in the record, not counted, and run again once the
     machine is quiet; every counted block was quiet."""
     flag = tmp_path / "flag"
-    hog = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
-                            "while not os.path.exists(sys.argv[1]): time.sleep(0.001)\n"
-                            "end = time.time() + 1.5\n"
-                            "pids = [os.fork() for _ in range(len(os.sched_getaffinity(0)) - 1)]\n"
-                            "while time.time() < end: pass\n", str(flag)])
+    hog = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, time\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.001)\n"
+            "end = time.time() + 1.5\n"
+            "pids = [os.fork() for _ in range(len(os.sched_getaffinity(0)) - 1)]\n"
+            "while time.time() < end: pass\n",
+            str(flag),
+        ]
+    )
     try:
-        records, _ = lockstep_run(accelbench_cli, tmp_path, "--trials", "2", "--option", f"twin_flag_file={flag}",
-                                  "--option", "twin_flag_at=30")
+        records, _ = lockstep_run(
+            accelbench_cli, tmp_path, "--trials", "2", "--option", f"twin_flag_file={flag}", "--option", "twin_flag_at=30"
+        )
     finally:
         hog.kill()
         hog.wait()
@@ -212,8 +263,7 @@ def test_a_busy_block_is_run_again_once_the_machine_is_quiet(accelbench_cli, tmp
 
 def test_a_side_that_dies_mid_lockstep_fails_alone_and_the_other_keeps_its_blocks(accelbench_cli, tmp_path):
     # the twin's process exits after 40 steps: in pair 1, after its warm-up and a few blocks
-    records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3", "--option", "twin_exit_after=40",
-                                   check=False)
+    records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3", "--option", "twin_exit_after=40", check=False)
     assert result.returncode == 1  # a failed run, as in any schedule
     sleepy, twin = records
     assert twin["status"] == "failed" and "exited with code 3" in twin["reason"]
@@ -230,10 +280,29 @@ def test_ctrl_c_mid_lockstep_keeps_the_finished_pairs(testplugins_path, tmp_path
     out = tmp_path / "run.json"
     env = dict(os.environ, PYTHONPATH=str(testplugins_path))
     env.pop("ACCELBENCH_PLUGINS", None)
-    process = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--plugin", "sleepy", "--plugin", "twin",
-                                *QUICK, "--trials", "50", "-o", str(out)], env=env, cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=interrupt_as_from_a_terminal)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "accelbench",
+            "run",
+            "--plugin",
+            "sleepy",
+            "--plugin",
+            "twin",
+            *QUICK,
+            "--trials",
+            "50",
+            "-o",
+            str(out),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interrupt_as_from_a_terminal,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and len(load_records(out)[0]["trials"]) >= 2):
         time.sleep(0.2)
@@ -246,8 +315,9 @@ def test_ctrl_c_mid_lockstep_keeps_the_finished_pairs(testplugins_path, tmp_path
 
 
 def test_the_runs_last_line_and_compare_agree(accelbench_cli, tmp_path):
-    records, result = lockstep_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "60",
-                                   "--option", "twin_scale=1.08")
+    records, result = lockstep_run(
+        accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "60", "--option", "twin_scale=1.08"
+    )
     stop = records[0]["schedule"]["stop_reason"]
     assert stop.startswith("decided: ") and "outside" in stop
     confidence = records[0]["schedule"]["confidence"]
@@ -260,14 +330,17 @@ def test_the_runs_last_line_and_compare_agree(accelbench_cli, tmp_path):
     assert "outside" in result.stdout.split("accelbench comparison")[1]
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--schedule", "lockstep", "--workers", "2"), "--schedule lockstep compares single-worker runs"),
-    (("--schedule", "interleaved", "--blocks", "3"), "--blocks is a lockstep setting"),
-    (("--when-busy", "never"), "'never' is not one of 'wait', 'go'"),
-    (("--blocks", "0"), "--blocks"),
-    (("--block-time", "soon"), "--block-time must be a duration"),
-    (("--block-time", "1s", "--time", "10s"), "give one of --block-time and --time/--timed-steps"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--schedule", "lockstep", "--workers", "2"), "--schedule lockstep compares single-worker runs"),
+        (("--schedule", "interleaved", "--blocks", "3"), "--blocks is a lockstep setting"),
+        (("--when-busy", "never"), "'never' is not one of 'wait', 'go'"),
+        (("--blocks", "0"), "--blocks"),
+        (("--block-time", "soon"), "--block-time must be a duration"),
+        (("--block-time", "1s", "--time", "10s"), "give one of --block-time and --time/--timed-steps"),
+    ],
+)
 def test_bad_lockstep_input_is_one_line_and_exit_2(accelbench_cli, tmp_path, args, message):
     out = tmp_path / "never.json"
     result = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *args, "-o", str(out))
@@ -283,26 +356,36 @@ def test_names_print_verbatim_however_they_look(accelbench_cli, tmp_path):
     from rich.console import Console
 
     records, _ = lockstep_run(accelbench_cli, tmp_path, "--trials", "2")
-    odd = [{**r, "plugin": {**r["plugin"], "name": "abdrift"}, "backend": {**r["backend"], "name": "b"},
-            "warnings": ["[bold]not bold[/bold] :x: as written"]} for r in records]
+    odd = [
+        {
+            **r,
+            "plugin": {**r["plugin"], "name": "abdrift"},
+            "backend": {**r["backend"], "name": "b"},
+            "warnings": ["[bold]not bold[/bold] :x: as written"],
+        }
+        for r in records
+    ]
     odd[1] = {**odd[1], "backend": {**odd[1]["backend"], "name": "[red]c"}}
     odd = [Record.from_json(r) for r in odd]
     shown = io.StringIO()
     ResultsTable(odd).print(Console(file=shown, width=300))
     ComparisonTable(compare([Run("abdrift:b", odd[0]), Run("[red]c :smile:", odd[1])], 0.03), 0.03).print(
-        Console(file=shown, width=300))
+        Console(file=shown, width=300)
+    )
     text = shown.getvalue()
     assert "abdrift:b: [bold]not bold[/bold] :x: as written" in text
     assert "abdrift:[red]c" in text and "[red]c :smile:" in text and "😄" not in text and "🅱" not in text
 
 
-@pytest.mark.parametrize("within_sd, between_sd, startup_s, round_s, best", [
-    (0.04, 0.01, 40.0, 4.0, 13),   # rounds noisy, processes alike, start-up dear: long pairs
-    (0.01, 0.03, 40.0, 4.0, 1),    # processes differ, rounds alike: the shortest pairs (ABBA: 2)
-    (0.02, 0.02, 10.0, 10.0, 1),
-])
-def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_sd, between_sd, startup_s,
-                                                                        round_s, best):
+@pytest.mark.parametrize(
+    "within_sd, between_sd, startup_s, round_s, best",
+    [
+        (0.04, 0.01, 40.0, 4.0, 13),  # rounds noisy, processes alike, start-up dear: long pairs
+        (0.01, 0.03, 40.0, 4.0, 1),  # processes differ, rounds alike: the shortest pairs (ABBA: 2)
+        (0.02, 0.02, 10.0, 10.0, 1),
+    ],
+)
+def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_sd, between_sd, startup_s, round_s, best):
     """b* = sqrt(within * startup / (between * round)), from variances estimated on simulated pairs
     whose true spreads are known (many pairs, so the estimates sit near the truth)."""
     import numpy as np
@@ -312,8 +395,8 @@ def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_s
     rounds = 8
     logs = [rng.normal(rng.normal(0, between_sd), within_sd, rounds) for _ in range(4000)]
     found = stats.blocks_per_pair(logs, startup_s, round_s)
-    assert found.within == pytest.approx(within_sd ** 2, rel=0.05)
-    assert found.between == pytest.approx(between_sd ** 2, rel=0.1)
+    assert found.within == pytest.approx(within_sd**2, rel=0.05)
+    assert found.between == pytest.approx(between_sd**2, rel=0.1)
     formula = round(math.sqrt(found.within * startup_s / (found.between * round_s)))
     assert found.blocks == max(stats.MIN_BLOCKS, formula)
     assert abs(found.blocks - max(stats.MIN_BLOCKS, best)) <= 1  # and near the true variances' optimum
@@ -326,8 +409,9 @@ def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_s
 
 def test_more_than_two_sides_take_turns_round_robin_and_every_pair_is_compared(accelbench_cli, tmp_path):
     # two backends at two batch sizes: four warm workers in each pair of processes
-    records, _ = lockstep_run(accelbench_cli, tmp_path, "--batch-sizes", "8,16", "--trials", "2", "--blocks", "2",
-                              "--option", "twin_scale=1.10")
+    records, _ = lockstep_run(
+        accelbench_cli, tmp_path, "--batch-sizes", "8,16", "--trials", "2", "--blocks", "2", "--option", "twin_scale=1.10"
+    )
     assert len(records) == 4 and all(len(r["trials"]) == 2 for r in records)
     # round 0 in plan order, round 1 reversed (pair 0); pair 1 opens from the other end
     starts = [[t["blocks"][i]["started_s"] for r in records for t in r["trials"][:1]] for i in (0, 1)]
@@ -343,24 +427,47 @@ def test_an_adaptive_run_sizes_its_last_pair_to_end_within_its_budget(accelbench
     # a bound no noisy run meets (0.1%), so only the budget stops it; pairs grow as the rule asks,
     # and the last one is cut to what is left rather than started whole past the budget
     out = tmp_path / "run.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", "--option", "step_ms=20", "--warmup-steps",
-                          "3", "--block-time", "0.2s", "--until-decided", "0.1%", "--max-time", "12s",
-                          "--option", "noise=0.05", "-o", str(out))  # no --blocks: the run chooses them
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--plugin",
+        "twin",
+        "--option",
+        "step_ms=20",
+        "--warmup-steps",
+        "3",
+        "--block-time",
+        "0.2s",
+        "--until-decided",
+        "0.1%",
+        "--max-time",
+        "12s",
+        "--option",
+        "noise=0.05",
+        "-o",
+        str(out),
+    )  # no --blocks: the run chooses them
     assert done.returncode == 0, done.stderr
     schedule = load_records(out)[0]["schedule"]
-    assert schedule["stop_reason"] in ("time budget of 12 s: too little left for another pair before the answer "
-                                       "was decided", "time budget of 12 s spent before the answer was decided")
+    assert schedule["stop_reason"] in (
+        "time budget of 12 s: too little left for another pair before the answer was decided",
+        "time budget of 12 s spent before the answer was decided",
+    )
     assert schedule["elapsed_s"] < 12 + 2.5, schedule
     assert "allocation" in schedule["lockstep"] or schedule["rounds"] < 4
 
 
-@pytest.mark.parametrize("devices, workers, mode, expected", [
-    (("cpu", "cpu"), 1, "throughput", "lockstep"),
-    (("cpu",), 1, "throughput", "interleaved"),                 # one run: nothing to take turns with
-    (("gpu", "gpu"), 1, "throughput", "interleaved"),           # warm frameworks would share one device
-    (("cpu", "cpu"), 2, "throughput", "interleaved"),           # multi-worker: counted, not blocks
-    (("cpu", "cpu"), 1, "train", "interleaved"),                # train mode runs epochs
-])
+@pytest.mark.parametrize(
+    "devices, workers, mode, expected",
+    [
+        (("cpu", "cpu"), 1, "throughput", "lockstep"),
+        (("cpu",), 1, "throughput", "interleaved"),  # one run: nothing to take turns with
+        (("gpu", "gpu"), 1, "throughput", "interleaved"),  # warm frameworks would share one device
+        (("cpu", "cpu"), 2, "throughput", "interleaved"),  # multi-worker: counted, not blocks
+        (("cpu", "cpu"), 1, "train", "interleaved"),  # train mode runs epochs
+    ],
+)
 def test_lockstep_is_the_default_where_warm_sides_can_take_turns(devices, workers, mode, expected):
     from types import SimpleNamespace
 

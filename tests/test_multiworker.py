@@ -16,11 +16,12 @@ from accelbench.records import TrialOutcome
 from accelbench.registry import PluginHost
 from conftest import executed
 
-HAS = {"tf_benchmarks": importlib.util.find_spec("tensorflow") is not None,
-       "mxnet_ngc": importlib.util.find_spec("mxnet") is not None,
-       "torch_ref": importlib.util.find_spec("torch") is not None}
-BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not HAS[name], reason=f"{name}'s framework missing"))
-            for name in HAS]
+HAS = {
+    "tf_benchmarks": importlib.util.find_spec("tensorflow") is not None,
+    "mxnet_ngc": importlib.util.find_spec("mxnet") is not None,
+    "torch_ref": importlib.util.find_spec("torch") is not None,
+}
+BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not HAS[name], reason=f"{name}'s framework missing")) for name in HAS]
 TINY = dict(image_size=32, num_classes=10, warmup_steps=2, timed_steps=6, timeout_s=240)
 
 
@@ -76,7 +77,8 @@ def test_two_workers_merge_into_one_record_with_identical_weights(plugin, tmp_pa
     assert merged["throughput"]["images_per_sec"] == pytest.approx(48 / slowest)
     assert dist["baseline_images_per_sec"] == baseline["throughput"]["images_per_sec"]
     assert dist["scaling_efficiency"] == pytest.approx(
-        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"])
+    )
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []  # no directory of the job's left behind
 
 
@@ -110,7 +112,7 @@ def _listening(pid: int) -> set[tuple[str, int]]:
                     address, port = local.split(":")
                     raw = bytes.fromhex(address)
                     # /proc shows each 32-bit word in host (little-endian) order
-                    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                     found.add((str(ipaddress.ip_address(raw)), int(port, 16)))
     return found
 
@@ -130,8 +132,7 @@ def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin, tmp_path
     if namespace is None:
         pytest.skip(network)
     [ref] = PluginHost().select([plugin])
-    [item] = runner.plan([ref], RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
-                                         **{**TINY, "timed_steps": 12}))
+    [item] = runner.plan([ref], RunConfig(workers=2, per_device_batch=2, scaling_baseline=False, **{**TINY, "timed_steps": 12}))
     started, seen = [], {}
 
     def look(phase, done, total):
@@ -141,8 +142,14 @@ def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin, tmp_path
                 seen[pid] = (_listening(pid), _interfaces(pid), os.readlink(f"/proc/{pid}/ns/net"))
 
     try:
-        outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2, str(tmp_path)),
-                                         on_progress=look, on_started=started.append, launcher=namespace.launcher())
+        outcomes = multiworker.run_trial(
+            ref,
+            item.config,
+            launch.plan_local(ref.backend.engine, 2, str(tmp_path)),
+            on_progress=look,
+            on_started=started.append,
+            launcher=namespace.launcher(),
+        )
     finally:
         namespace.close()
     assert all(o.status == "ok" for o in outcomes), outcomes[0].reason
@@ -163,8 +170,9 @@ def test_tensorflow_two_workers_survive_a_cpu_hog():
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
         refs = PluginHost().select(["tf_benchmarks"])
-        [record] = executed(runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
-                                                               **{**TINY, "timed_steps": 4})))
+        [record] = executed(
+            runner.plan(refs, RunConfig(workers=2, per_device_batch=2, scaling_baseline=False, **{**TINY, "timed_steps": 4}))
+        )
     finally:
         for hog in hogs:
             hog.kill()
@@ -185,8 +193,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("plugin", BACKENDS)
 def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin, tmp_path):
     [ref] = PluginHost().select([plugin])
-    [item] = runner.plan([ref], RunConfig(workers=2, per_device_batch=2, scaling_baseline=False,
-                                         **{**TINY, "timed_steps": 200}))
+    [item] = runner.plan([ref], RunConfig(workers=2, per_device_batch=2, scaling_baseline=False, **{**TINY, "timed_steps": 200}))
     started: list = []
 
     def kill_rank_1(phase, done, total):
@@ -194,8 +201,13 @@ def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin, tmp_pa
             started[0][1].process.kill()
 
     begin = time.monotonic()
-    outcomes = multiworker.run_trial(ref, item.config, launch.plan_local(ref.backend.engine, 2, str(tmp_path)),
-                                     on_progress=kill_rank_1, on_started=started.append)
+    outcomes = multiworker.run_trial(
+        ref,
+        item.config,
+        launch.plan_local(ref.backend.engine, 2, str(tmp_path)),
+        on_progress=kill_rank_1,
+        on_started=started.append,
+    )
     assert time.monotonic() - begin < item.config.timeout_s
     assert all(o.status == "failed" for o in outcomes)
     assert "worker rank 1" in outcomes[0].reason and "killed by SIGKILL" in outcomes[0].reason
@@ -217,13 +229,43 @@ def test_cluster_ranks_started_separately_then_merged(plugin, accelbench_cli, tm
 
     with launch.distinct_free_ports() as free_port:
         ports = [free_port() for _ in range(2)]
-    common = ["worker", "--plugin", plugin, "--workers", "2", "--coordinator", f"127.0.0.1:{ports[0]}",
-              "--peers", ",".join(f"127.0.0.1:{p}" for p in ports), "--host", "127.0.0.1",
-              "--image-size", "32", "--num-classes", "10", "--per-device-batch", "2", "--warmup-steps", "1",
-              "--timed-steps", "4", "--threads", "1", "--timeout", "240"]
-    ranks = [subprocess.Popen([sys.executable, "-m", "accelbench", *common, "--rank", str(r), "-o",
-                               str(tmp_path / f"rank{r}.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp_path) for r in range(2)]
+    common = [
+        "worker",
+        "--plugin",
+        plugin,
+        "--workers",
+        "2",
+        "--coordinator",
+        f"127.0.0.1:{ports[0]}",
+        "--peers",
+        ",".join(f"127.0.0.1:{p}" for p in ports),
+        "--host",
+        "127.0.0.1",
+        "--image-size",
+        "32",
+        "--num-classes",
+        "10",
+        "--per-device-batch",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "4",
+        "--threads",
+        "1",
+        "--timeout",
+        "240",
+    ]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-m", "accelbench", *common, "--rank", str(r), "-o", str(tmp_path / f"rank{r}.json")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for r in range(2)
+    ]
     for proc in ranks:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, out + err
@@ -250,11 +292,17 @@ def test_a_host_with_several_workers_runs_consecutive_ranks_each_with_its_local_
     plan = launch.plan_host(TorchDistributedEngine(), second)
     assert plan.workers == 4 and plan.services == []
     assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"], e["WORLD_SIZE"]) for e in plan.worker_envs] == [
-        ("2", "0", "2", "4"), ("3", "1", "2", "4")]
+        ("2", "0", "2", "4"),
+        ("3", "1", "2", "4"),
+    ]
     first = launch.ClusterRank(0, 4, "10.0.0.1:9091", node_host="10.0.0.1", local_workers=2)
     assert [role for role, _ in launch.plan_host(DmlcPsEngine(), first).services] == ["scheduler", "server"]
-    assert launch.plan_host(DmlcPsEngine(), launch.ClusterRank(2, 4, "10.0.0.1:9091", node_host="10.0.0.2",
-                                                               local_workers=2)).services == []
+    assert (
+        launch.plan_host(
+            DmlcPsEngine(), launch.ClusterRank(2, 4, "10.0.0.1:9091", node_host="10.0.0.2", local_workers=2)
+        ).services
+        == []
+    )
 
 
 def test_the_per_worker_rows_name_each_ranks_host_and_local_rank():
@@ -262,5 +310,5 @@ def test_the_per_worker_rows_name_each_ranks_host_and_local_rank():
 
     rows = multiworker.per_worker([TrialOutcome("failed", "x"), TrialOutcome("failed", "y")], 2, first_rank=4)
     import socket
-    assert [(r.rank, r.local_rank, r.host) for r in rows] == [(4, 0, socket.gethostname()),
-                                                                       (5, 1, socket.gethostname())]
+
+    assert [(r.rank, r.local_rank, r.host) for r in rows] == [(4, 0, socket.gethostname()), (5, 1, socket.gethostname())]

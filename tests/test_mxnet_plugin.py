@@ -51,30 +51,34 @@ def test_mxnet_splits_the_global_batch_over_two_contexts():
 
 
 def test_mxnet_replicas_keep_identical_weights():
-    code = ("from accelbench import RunConfig\n"
-            "from accelbench.plugins.mxnet_ngc.training import GluonRun\n"
-            "cfg = RunConfig(image_size=32, num_classes=10, global_batch=8, per_device_batch=4,\n"
-            "                device='cpu', device_count=2, precision='fp32', variant='v1')\n"
-            "run = GluonRun(cfg)\n"
-            "losses = [run.step() for _ in range(3)]\n"
-            "print(run.replica_weights_max_difference())")
+    code = (
+        "from accelbench import RunConfig\n"
+        "from accelbench.plugins.mxnet_ngc.training import GluonRun\n"
+        "cfg = RunConfig(image_size=32, num_classes=10, global_batch=8, per_device_batch=4,\n"
+        "                device='cpu', device_count=2, precision='fp32', variant='v1')\n"
+        "run = GluonRun(cfg)\n"
+        "losses = [run.step() for _ in range(3)]\n"
+        "print(run.replica_weights_max_difference())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout.split()[-1]) == 0.0
 
 
 def test_mxnet_conv_biases_stay_zero_while_the_weights_train():
-    code = ("from accelbench import RunConfig\n"
-            "from accelbench.plugins.mxnet_ngc.training import GluonRun, CONV_BIASES\n"
-            "cfg = RunConfig(image_size=32, num_classes=10, global_batch=4, per_device_batch=4,\n"
-            "                device='cpu', device_count=1, precision='fp32', variant='v1')\n"
-            "run = GluonRun(cfg)\n"
-            "biases = run.net.collect_params(CONV_BIASES).values()\n"
-            "weight = run.net.features[5][0].body[0].weight\n"
-            "run.step()  # the zoo's layers initialise their shapes on the first forward pass\n"
-            "before = weight.data().asnumpy().copy()\n"
-            "losses = [run.step() for _ in range(2)]\n"
-            "print(len(biases), max(float(b.data().abs().max().asscalar()) for b in biases),\n"
-            "      float(abs(weight.data().asnumpy() - before).max()) > 0)")
+    code = (
+        "from accelbench import RunConfig\n"
+        "from accelbench.plugins.mxnet_ngc.training import GluonRun, CONV_BIASES\n"
+        "cfg = RunConfig(image_size=32, num_classes=10, global_batch=4, per_device_batch=4,\n"
+        "                device='cpu', device_count=1, precision='fp32', variant='v1')\n"
+        "run = GluonRun(cfg)\n"
+        "biases = run.net.collect_params(CONV_BIASES).values()\n"
+        "weight = run.net.features[5][0].body[0].weight\n"
+        "run.step()  # the zoo's layers initialise their shapes on the first forward pass\n"
+        "before = weight.data().asnumpy().copy()\n"
+        "losses = [run.step() for _ in range(2)]\n"
+        "print(len(biases), max(float(b.data().abs().max().asscalar()) for b in biases),\n"
+        "      float(abs(weight.data().asnumpy() - before).max()) > 0)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split()[-3:] == ["32", "0.0", "True"]
 
@@ -129,18 +133,19 @@ def test_a_run_that_asks_no_onednn_probe_says_so_in_the_keys_tensorflows_use(mon
 
     monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
     gpu_run = SimpleNamespace(onednn_probe=None)  # on a GPU no probe is started
-    assert GluonRun._onednn_settings(gpu_run) == {"onednn_max_cpu_isa": "AVX2", "onednn_isa": None,
-                                                  "onednn_convolution": None}
+    assert GluonRun._onednn_settings(gpu_run) == {"onednn_max_cpu_isa": "AVX2", "onednn_isa": None, "onednn_convolution": None}
 
 
-@pytest.mark.parametrize("flags, permitted, asked, ceiling", [
-    ({"avx512f", "amx_tile", "amx_bf16"}, True, None, "AVX512_CORE_AMX"),  # Sapphire Rapids and later
-    ({"avx512f", "amx_tile", "amx_bf16"}, True, "AVX512_CORE_BF16", "AVX512_CORE_BF16"),  # the user's stands
-    ({"avx512f", "amx_tile", "amx_bf16"}, False, None, None),  # the kernel refused: no SIGILL, no AMX
-    ({"avx512f", "avx512_bf16"}, True, None, None),  # AMD Zen 4: nothing to allow
-])
-def test_onednn_is_allowed_amx_only_where_the_cpu_and_the_kernel_give_it(monkeypatch, flags, permitted, asked,
-                                                                        ceiling):
+@pytest.mark.parametrize(
+    "flags, permitted, asked, ceiling",
+    [
+        ({"avx512f", "amx_tile", "amx_bf16"}, True, None, "AVX512_CORE_AMX"),  # Sapphire Rapids and later
+        ({"avx512f", "amx_tile", "amx_bf16"}, True, "AVX512_CORE_BF16", "AVX512_CORE_BF16"),  # the user's stands
+        ({"avx512f", "amx_tile", "amx_bf16"}, False, None, None),  # the kernel refused: no SIGILL, no AMX
+        ({"avx512f", "avx512_bf16"}, True, None, None),  # AMD Zen 4: nothing to allow
+    ],
+)
+def test_onednn_is_allowed_amx_only_where_the_cpu_and_the_kernel_give_it(monkeypatch, flags, permitted, asked, ceiling):
     from accelbench.plugins.mxnet_ngc import onednn
 
     asked_for = []
@@ -154,13 +159,16 @@ def test_onednn_is_allowed_amx_only_where_the_cpu_and_the_kernel_give_it(monkeyp
     assert asked_for == ([True] if "amx_bf16" in flags else [])
 
 
-@pytest.mark.parametrize("flags, expected", [
-    ({"avx2", "fma"}, "this CPU has AVX2 only"),  # AMD Zen 3
-    ({"sse4_2"}, "this CPU has no AVX-512"),
-    ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, None),  # emulated bf16, but it runs
-    ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}, None),  # Zen 4, Xeon
-    (set(), None),  # unknown flags: the worker finds out by running
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ({"avx2", "fma"}, "this CPU has AVX2 only"),  # AMD Zen 3
+        ({"sse4_2"}, "this CPU has no AVX-512"),
+        ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, None),  # emulated bf16, but it runs
+        ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}, None),  # Zen 4, Xeon
+        (set(), None),  # unknown flags: the worker finds out by running
+    ],
+)
 def test_mxnet_bf16_needs_avx512_on_the_cpu(flags, expected):
     from accelbench.plugins.mxnet_ngc.training import cpu_bf16_problem
 
@@ -175,8 +183,9 @@ def test_mxnet_fp16_on_cpu_is_unavailable():
 
 def test_mxnet_v15_moves_the_stride_and_costs_more_flops():
     v1 = run_backend("mxnet_ngc", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0, timed_steps=1)
-    v15 = run_backend("mxnet_ngc", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0,
-                      timed_steps=1, variant="v1.5")
+    v15 = run_backend(
+        "mxnet_ngc", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0, timed_steps=1, variant="v1.5"
+    )
     assert v1["flops"]["per_image"] == pytest.approx(6 * 3.858e9, rel=0.002)
     assert v15["flops"]["per_image"] == pytest.approx(6 * 4.089e9, rel=0.002)
 

@@ -24,16 +24,16 @@ def toy_cli(openworld_path, tmp_path):
     def run(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, PYTHONPATH=str(openworld_path), **(env or {}))
         env.pop("ACCELBENCH_PLUGINS", None)
-        return subprocess.run([sys.executable, "-m", "accelbench", *args], capture_output=True, text=True,
-                              env=env, cwd=tmp_path, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "accelbench", *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout
+        )
 
     return run
 
 
 def test_a_model_variant_and_precision_of_its_own(toy_cli, tmp_path):
     out = tmp_path / "r.json"
-    done = toy_cli("run", "--plugin", "toy", "--model", "mlp", "--variant", "wide", "--precision", "fp64",
-                   *TINY, "-o", str(out))
+    done = toy_cli("run", "--plugin", "toy", "--model", "mlp", "--variant", "wide", "--precision", "fp64", *TINY, "-o", str(out))
     assert done.returncode == 0, done.stderr
     [record] = load_records(out)
     assert record["status"] == "ok", record["reason"]
@@ -54,19 +54,26 @@ def test_defaults_come_from_the_backend_and_a_model_without_variants_has_none(to
     [record] = load_records(first)
     assert (record["model"], record["precision"]) == ({"name": "mlp", "variant": "narrow"}, "fp64")
     assert record["batch"] == {"global": 32, "per_device": 32, "source": "backend default", "semantics": "per_device"}
-    assert toy_cli("run", "--plugin", "toy", "--model", "linear", "--precision", "fp32", *TINY,
-                   "-o", str(linear)).returncode == 0
+    assert toy_cli("run", "--plugin", "toy", "--model", "linear", "--precision", "fp32", *TINY, "-o", str(linear)).returncode == 0
     [record] = load_records(linear)
     assert record["model"] == {"name": "linear", "variant": None} and record["settings"]["dtype"] == "float32"
     assert record["settings"]["layers"] == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", "linear", "--variant", "wide"],
-     "variant 'wide': no selected backend offers it (variants offered: toy:mlp-sgd: none)"),
-    (["--model", "resnet50"], "model 'resnet50': no selected backend offers it (models offered: toy:mlp-sgd: mlp, linear)"),
-    (["--precision", "bf16"], "precision 'bf16': no selected backend offers it (precisions offered: toy:mlp-sgd: fp64, fp32)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--model", "linear", "--variant", "wide"],
+            "variant 'wide': no selected backend offers it (variants offered: toy:mlp-sgd: none)",
+        ),
+        (["--model", "resnet50"], "model 'resnet50': no selected backend offers it (models offered: toy:mlp-sgd: mlp, linear)"),
+        (
+            ["--precision", "bf16"],
+            "precision 'bf16': no selected backend offers it (precisions offered: toy:mlp-sgd: fp64, fp32)",
+        ),
+    ],
+)
 def test_a_request_the_backend_does_not_offer_is_one_line_listing_what_it_does(toy_cli, tmp_path, args, message):
     done = toy_cli("run", "--plugin", "toy", *args, "-o", str(tmp_path / "r.json"))
     assert done.returncode == 2 and done.stderr == f"error: {message}\n"
@@ -75,8 +82,22 @@ def test_a_request_the_backend_does_not_offer_is_one_line_listing_what_it_does(t
 
 def test_two_workers_on_the_plugins_own_engine(toy_cli, tmp_path):
     out = tmp_path / "r.json"
-    done = toy_cli("run", "--plugin", "toy", "--workers", "2", "--per-device-batch", "16", "--threads", "1",
-                   "--schedule", "sequential", *TINY, "-o", str(out))
+    done = toy_cli(
+        "run",
+        "--plugin",
+        "toy",
+        "--workers",
+        "2",
+        "--per-device-batch",
+        "16",
+        "--threads",
+        "1",
+        "--schedule",
+        "sequential",
+        *TINY,
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     baseline, merged = load_records(out)
     assert baseline["status"] == merged["status"] == "ok", merged["reason"]
@@ -88,7 +109,8 @@ def test_two_workers_on_the_plugins_own_engine(toy_cli, tmp_path):
     assert merged["throughput"]["images"] == 2 * 16 * 30
     assert dist["baseline_images_per_sec"] == baseline["throughput"]["images_per_sec"]
     assert dist["scaling_efficiency"] == pytest.approx(
-        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"])
+    )
 
 
 def test_broken_plugins_are_listed_with_their_errors_and_never_stop_the_others(toy_cli):
@@ -106,9 +128,22 @@ def test_broken_plugins_are_listed_with_their_errors_and_never_stop_the_others(t
 
 def test_a_contract_breach_in_a_run_is_a_failed_record_and_the_next_backend_runs(toy_cli, tmp_path):
     out = tmp_path / "r.json"
-    done = toy_cli("run", "--backend", "broken:bad-prepared", "--backend", "broken:bad-record",
-                   "--backend", "broken:unpicklable", "--backend", "toy:mlp-sgd", "--schedule", "sequential",
-                   *TINY, "-o", str(out))
+    done = toy_cli(
+        "run",
+        "--backend",
+        "broken:bad-prepared",
+        "--backend",
+        "broken:bad-record",
+        "--backend",
+        "broken:unpicklable",
+        "--backend",
+        "toy:mlp-sgd",
+        "--schedule",
+        "sequential",
+        *TINY,
+        "-o",
+        str(out),
+    )
     assert done.returncode == 1, done.stderr  # failed runs: exit 1, with every record written
     assert "Traceback" not in done.stderr
     typed, bad, unpicklable, good = load_records(out)
@@ -129,10 +164,14 @@ OPEN_WORLD_NAMES = r"accelbench_toy|toy_allreduce|\bmlp\b|\bfp64\b|TOY_"
 
 @pytest.mark.parametrize("pattern", [BUILT_IN_NAMES, OPEN_WORLD_NAMES])
 def test_core_and_schemas_name_no_framework_and_no_engine(pattern):
-    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
-             for folder in ("core", "schemas") for path in sorted((ROOT / folder).rglob("*"))
-             if path.suffix in (".py", ".json") and "data" not in path.parts
-             for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(pattern, line, re.IGNORECASE)]
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for folder in ("core", "schemas")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in (".py", ".json") and "data" not in path.parts
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(pattern, line, re.IGNORECASE)
+    ]
     assert found == []
 
 
@@ -146,8 +185,9 @@ def test_a_measured_peak_gives_every_later_record_its_utilisation(toy_cli, tmp_p
     assert [(m["framework"], m["precision"], m["size"]) for m in stored] == [("numpy", "fp64", 128), ("numpy", "fp32", 128)]
     fp64 = stored[0]
     assert fp64["flops_per_s"] > 0 and fp64["device_kind"] == "cpu"
-    done = toy_cli("run", "--plugin", "toy", "--timed-steps", "5", "--warmup-steps", "1",
-                   "-o", str(tmp_path / "r.json"), env=cache)
+    done = toy_cli(
+        "run", "--plugin", "toy", "--timed-steps", "5", "--warmup-steps", "1", "-o", str(tmp_path / "r.json"), env=cache
+    )
     assert done.returncode == 0, done.stderr
     [record] = load_records(tmp_path / "r.json")
     flops = record["flops"]
@@ -159,8 +199,9 @@ def test_a_measured_peak_gives_every_later_record_its_utilisation(toy_cli, tmp_p
     for m in stored:
         m["machine"] = "another CPU / 64 cores / flags 000000000000"
     (tmp_path / "cache" / "accelbench" / "peaks.json").write_text(json.dumps({"measurements": stored}))
-    done = toy_cli("run", "--plugin", "toy", "--timed-steps", "5", "--warmup-steps", "1",
-                   "-o", str(tmp_path / "r2.json"), env=cache)
+    done = toy_cli(
+        "run", "--plugin", "toy", "--timed-steps", "5", "--warmup-steps", "1", "-o", str(tmp_path / "r2.json"), env=cache
+    )
     [record] = load_records(tmp_path / "r2.json")
     assert "peak_per_sec" not in record["flops"]
 
@@ -176,8 +217,9 @@ def test_a_backend_runs_in_its_own_environment_with_its_own_package_versions(toy
     from importlib import metadata
 
     assert metadata.version("six") != "1.16.0"
-    done = toy_cli("run", "--plugin", "pinned", "--timed-steps", "5", "--warmup-steps", "1",
-                   "-o", str(tmp_path / "r.json"), env=env_cache)
+    done = toy_cli(
+        "run", "--plugin", "pinned", "--timed-steps", "5", "--warmup-steps", "1", "-o", str(tmp_path / "r.json"), env=env_cache
+    )
     assert done.returncode == 0, done.stderr
     assert "making a worker environment for six==1.16.0" in done.stderr and "environment ready in" in done.stderr
     assert "  installing six==1.16.0" in done.stderr and "  installed: six 1.16.0" in done.stderr
@@ -189,30 +231,60 @@ def test_a_backend_runs_in_its_own_environment_with_its_own_package_versions(toy
     assert record["framework"]["version"] == "1.16.0"  # read by the backend in its worker
     assert record["settings"]["six_file"].startswith(env_cache["XDG_CACHE_HOME"])
     # the second run finds the environment made
-    again = toy_cli("run", "--plugin", "pinned", "--timed-steps", "3", "--warmup-steps", "1",
-                    "-o", str(tmp_path / "r2.json"), env=env_cache)
+    again = toy_cli(
+        "run", "--plugin", "pinned", "--timed-steps", "3", "--warmup-steps", "1", "-o", str(tmp_path / "r2.json"), env=env_cache
+    )
     assert again.returncode == 0 and "making a worker environment" not in again.stderr
     listed = toy_cli("env", "list", env=env_cache)
     assert worker["key"] in listed.stdout and "six==1.16.0" in listed.stdout and "[six 1.16.0]" in listed.stdout
 
 
 def test_an_environment_that_cannot_be_made_is_unavailable_with_the_installers_reason(toy_cli, tmp_path, env_cache):
-    done = toy_cli("run", "--plugin", "pinned", "--plugin", "toy", "--env", "accelbench-no-such-package==9.9",
-                   "--timed-steps", "3", "--warmup-steps", "1", "-o", str(tmp_path / "r.json"), env=env_cache)
+    done = toy_cli(
+        "run",
+        "--plugin",
+        "pinned",
+        "--plugin",
+        "toy",
+        "--env",
+        "accelbench-no-such-package==9.9",
+        "--timed-steps",
+        "3",
+        "--warmup-steps",
+        "1",
+        "-o",
+        str(tmp_path / "r.json"),
+        env=env_cache,
+    )
     records = load_records(tmp_path / "r.json")
     assert [r["status"] for r in records] == ["unavailable", "unavailable"]
     for record in records:  # the installer's own line
         assert record["reason"].startswith("no worker environment: installing ")
-        assert record["reason"].endswith("failed: ERROR: No matching distribution found for "
-                                         "accelbench-no-such-package==9.9")
+        assert record["reason"].endswith("failed: ERROR: No matching distribution found for accelbench-no-such-package==9.9")
     assert done.returncode == 0  # unavailable is not a failure
     env_root = Path(env_cache["XDG_CACHE_HOME"]) / "accelbench" / "envs"
     assert not list(env_root.glob("*.partial"))
 
 
 def test_an_env_matrix_gives_one_record_per_version_and_compare_pairs_them(toy_cli, tmp_path, env_cache):
-    done = toy_cli("run", "--plugin", "pinned", "--env", "six==1.16.0", "--env", "six==1.17.0", "--trials", "3",
-                   "--timed-steps", "5", "--warmup-steps", "1", "-o", str(tmp_path / "r.json"), env=env_cache)
+    done = toy_cli(
+        "run",
+        "--plugin",
+        "pinned",
+        "--env",
+        "six==1.16.0",
+        "--env",
+        "six==1.17.0",
+        "--trials",
+        "3",
+        "--timed-steps",
+        "5",
+        "--warmup-steps",
+        "1",
+        "-o",
+        str(tmp_path / "r.json"),
+        env=env_cache,
+    )
     assert done.returncode == 0, done.stderr
     old, new = load_records(tmp_path / "r.json")
     assert (old["framework"]["version"], new["framework"]["version"]) == ("1.16.0", "1.17.0")
@@ -226,8 +298,7 @@ def test_an_env_matrix_gives_one_record_per_version_and_compare_pairs_them(toy_c
 
 def test_run_with_peak_measures_the_frameworks_peak_first_and_the_record_carries_its_utilisation(toy_cli, tmp_path):
     out, cache = tmp_path / "r.json", tmp_path / "cache"
-    fresh = toy_cli("run", "--plugin", "toy", *TINY, "-o", str(tmp_path / "before.json"),
-                    env={"XDG_CACHE_HOME": str(cache)})
+    fresh = toy_cli("run", "--plugin", "toy", *TINY, "-o", str(tmp_path / "before.json"), env={"XDG_CACHE_HOME": str(cache)})
     assert fresh.returncode == 0 and "`accelbench peak` measures" in fresh.stdout  # no peak yet: the note says how
     [before] = load_records(tmp_path / "before.json")
     assert "utilisation" not in before["flops"] and "accelbench peak" in before["flops"]["peak_reason"]

@@ -47,8 +47,17 @@ def test_the_cache_keeps_the_higher_of_two_measurements_of_one_key(tmp_path, mon
     from accelbench import peaks
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    entry = dict(machine="m", device_kind="cpu", device_name="cpu", framework="fw", framework_version="1",
-                 precision="fp32", size=2048, repeats=3, measured_utc="2026-12-01T00:00:00Z")
+    entry = dict(
+        machine="m",
+        device_kind="cpu",
+        device_name="cpu",
+        framework="fw",
+        framework_version="1",
+        precision="fp32",
+        size=2048,
+        repeats=3,
+        measured_utc="2026-12-01T00:00:00Z",
+    )
     peaks.save_measured([peaks.Measured(**entry, flops_per_s=180e9)])
     peaks.save_measured([peaks.Measured(**entry, flops_per_s=94e9)])  # measured on a busy machine
     assert [m.flops_per_s for m in peaks.load_measured().values()] == [180e9]
@@ -62,8 +71,9 @@ def test_a_record_above_its_peak_is_warned_about_not_clamped(monkeypatch):
     monkeypatch.setattr(peaks, "published", lambda *args: peaks.Peak(100e9, "a low figure"))
     flops = records.Flops(per_image=1e9)
     throughput = records.Throughput(150.0, 1500, 10.0, (140.0, 160.0), "bootstrap over steps")
-    warnings = records.complete_flops(flops, throughput, "fp32", records.DeviceRef("cpu", 1, "cpu"),
-                                      records.Named("fw", "1"), a_record().environment, devices=1)
+    warnings = records.complete_flops(
+        flops, throughput, "fp32", records.DeviceRef("cpu", 1, "cpu"), records.Named("fw", "1"), a_record().environment, devices=1
+    )
     assert flops.achieved_per_s == 150e9 and flops.utilisation == 1.5 and flops.peak_source == "a low figure"
     assert len(warnings) == 1 and "achieved 150% of the peak" in warnings[0]
 
@@ -114,7 +124,7 @@ class _FakeWorker:
             self.side = args[0]
             return None
         timed = args[0]
-        seconds = 2 * self.side ** 3 * self.seconds_per_flop
+        seconds = 2 * self.side**3 * self.seconds_per_flop
         return [Timing(step_times=[seconds] * timed, wall_time_s=timed * seconds, timed_calls=timed, steps_per_call=1)]
 
 
@@ -124,7 +134,7 @@ def test_a_slow_product_is_measured_on_a_smaller_side(gflops, side):
     chosen, warning = peak_measure.fitted_size(worker, 2048)
     assert chosen == side and worker.calls == [("prepare_matmul", 512), ("matmul", 1, 1)]
     # one product of the chosen side fits the bound, one of twice the side would not
-    assert 2 * chosen ** 3 / (gflops * 1e9) <= peak_measure.SLOW_PRODUCT_S or chosen == peak_measure.PROBE_SIDE
+    assert 2 * chosen**3 / (gflops * 1e9) <= peak_measure.SLOW_PRODUCT_S or chosen == peak_measure.PROBE_SIDE
     assert chosen == 2048 or 2 * (2 * chosen) ** 3 / (gflops * 1e9) > peak_measure.SLOW_PRODUCT_S
     assert (warning is None) == (side == 2048)
     if warning:
@@ -155,11 +165,11 @@ class _KnownTimeWorker:
             return None
         if command == "prepare_matmul":
             from accelbench import Prepared
+
             return Prepared(device_name="known cpu", framework_version="1.0")
         calls, repeats = args
         assert repeats == len(self.walls)
-        return [Timing(step_times=[w / calls] * calls, wall_time_s=w, timed_calls=calls, steps_per_call=1)
-                for w in self.walls]
+        return [Timing(step_times=[w / calls] * calls, wall_time_s=w, timed_calls=calls, steps_per_call=1) for w in self.walls]
 
     def close(self):
         pass
@@ -171,7 +181,7 @@ def test_the_peak_is_two_n_cubed_per_product_over_the_best_repeats_time(testplug
     [ref] = PluginHost().select(backends=["sleepy:fixed-time"])
     outcome = peak_measure.measure(ref, "fp32", "cpu", size=256, repeats=3)
     assert outcome.status == "ok", outcome.reason
-    expected = peak_measure.CALLS_PER_REPEAT * 2 * 256 ** 3 / 0.40
+    expected = peak_measure.CALLS_PER_REPEAT * 2 * 256**3 / 0.40
     assert outcome.measurement.flops_per_s == pytest.approx(expected, rel=1e-12)
     assert outcome.measurement.size == 256 and outcome.measurement.device_name == "known cpu"
 

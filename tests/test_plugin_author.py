@@ -55,7 +55,8 @@ def plugin_distribution(folder: Path, name: str, module_text: str, version: str 
     plugin ``name`` in the accelbench entry-point group."""
     (folder / name).mkdir(parents=True)
     (folder / name / "__init__.py").write_text(module_text)
-    (folder / "pyproject.toml").write_text(textwrap.dedent(f'''
+    (folder / "pyproject.toml").write_text(
+        textwrap.dedent(f'''
         [build-system]
         requires = ["setuptools>=68"]
         build-backend = "setuptools.build_meta"
@@ -66,7 +67,8 @@ def plugin_distribution(folder: Path, name: str, module_text: str, version: str 
         {name} = "{name}"
         [tool.setuptools]
         packages = ["{name}"]
-        '''))
+        ''')
+    )
     return folder
 
 
@@ -75,14 +77,18 @@ def probe_source(folder: Path, version: str = "0.1.0") -> Path:
 
 
 def pip(*args: str, cwd: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--no-build-isolation", *args], check=True, cwd=cwd)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation", *args],
+        check=True,
+        cwd=cwd,
+    )
 
 
 def run_accelbench(*args: str, path: Path, cache: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(path), "XDG_CACHE_HOME": str(cache), "ACCELBENCH_PLUGINS": "np2probe"}
-    return subprocess.run([sys.executable, "-m", "accelbench", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "accelbench", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=900
+    )
 
 
 def mark_editable(target: Path, source: Path) -> None:
@@ -104,14 +110,40 @@ def test_a_third_party_plugin_runs_in_its_own_environment_with_its_own_distribut
     target = tmp_path / "site"
     if how == "wheel":
         wheels = tmp_path / "wheels"
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                        "-w", str(wheels), str(source)], check=True, cwd=tmp_path)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(wheels),
+                str(source),
+            ],
+            check=True,
+            cwd=tmp_path,
+        )
         pip("--target", str(target), str(next(wheels.glob("*.whl"))), cwd=tmp_path)
     else:
         pip("--target", str(target), str(source), cwd=tmp_path)
         mark_editable(target, source)
-    done = run_accelbench("run", "--plugin", "np2probe", "--warmup-steps", "1", "--timed-steps", "3",
-                          "-o", str(tmp_path / "r.json"), path=target, cache=env_cache, cwd=tmp_path)
+    done = run_accelbench(
+        "run",
+        "--plugin",
+        "np2probe",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "3",
+        "-o",
+        str(tmp_path / "r.json"),
+        path=target,
+        cache=env_cache,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [record] = json.loads((tmp_path / "r.json").read_text())["records"]
     assert record["status"] == "ok", record["reason"]
@@ -128,8 +160,7 @@ def test_the_environment_is_keyed_by_the_plugins_version_and_source(tmp_path):
     base = envs.EnvSpec(("numpy>=2",))
     one = envs.EnvSpec(("numpy>=2",), plugin=("-e", "/src/np2probe"), plugin_version="np2probe 0.1.0")
     two = envs.EnvSpec(("numpy>=2",), plugin=("-e", "/src/np2probe"), plugin_version="np2probe 0.2.0")
-    elsewhere = envs.EnvSpec(("numpy>=2",), plugin=("/wheels/np2probe-0.1.0-py3-none-any.whl",),
-                             plugin_version="np2probe 0.1.0")
+    elsewhere = envs.EnvSpec(("numpy>=2",), plugin=("/wheels/np2probe-0.1.0-py3-none-any.whl",), plugin_version="np2probe 0.1.0")
     assert len({base.key(), one.key(), two.key(), elsewhere.key()}) == 4
     assert envs.for_spec(one).path != envs.for_spec(two).path
 
@@ -157,8 +188,18 @@ def test_a_plugin_whose_distribution_cannot_be_installed_is_unavailable_with_the
     gone = tmp_path / "gone"
     [dist_info] = target.glob("np2probe-*.dist-info")
     (dist_info / "direct_url.json").write_text(json.dumps({"url": gone.as_uri(), "dir_info": {}}))
-    done = run_accelbench("run", "--plugin", "np2probe", "--timed-steps", "2", "-o", str(tmp_path / "r.json"),
-                          path=target, cache=tmp_path / "cache", cwd=tmp_path)
+    done = run_accelbench(
+        "run",
+        "--plugin",
+        "np2probe",
+        "--timed-steps",
+        "2",
+        "-o",
+        str(tmp_path / "r.json"),
+        path=target,
+        cache=tmp_path / "cache",
+        cwd=tmp_path,
+    )
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     [record] = json.loads((tmp_path / "r.json").read_text())["records"]
     assert record["status"] == "unavailable", record
@@ -166,8 +207,11 @@ def test_a_plugin_whose_distribution_cannot_be_installed_is_unavailable_with_the
 
 
 def test_a_removed_field_is_one_line_naming_its_replacement():
-    with pytest.raises(PluginAPIError, match=r"^BackendInfo: 'default_variant' was removed in plugin API 2: list the "
-                                             r"default first in variants=\{model: \(default, \.\.\.\)\}$"):
+    with pytest.raises(
+        PluginAPIError,
+        match=r"^BackendInfo: 'default_variant' was removed in plugin API 2: list the "
+        r"default first in variants=\{model: \(default, \.\.\.\)\}$",
+    ):
         BackendInfo(name="x", framework="f", requires=(), models=("m",), variants={"m": ("v1",)}, default_variant="v1")
     with pytest.raises(PluginAPIError, match="'default_precision' was removed in plugin API 2: list the default first"):
         BackendInfo(name="x", framework="f", requires=(), models=("m",), default_precision="fp32")
@@ -178,7 +222,10 @@ def test_a_removed_field_is_one_line_naming_its_replacement():
 
 
 def test_a_plugin_written_for_the_old_api_is_that_plugins_error_alone(tmp_path, accelbench_cli, testplugins_path):
-    old = plugin_distribution(tmp_path / "old", "oldplugin", textwrap.dedent('''
+    old = plugin_distribution(
+        tmp_path / "old",
+        "oldplugin",
+        textwrap.dedent("""
         import accelbench
 
         class Old(accelbench.Backend):
@@ -188,13 +235,15 @@ def test_a_plugin_written_for_the_old_api_is_that_plugins_error_alone(tmp_path, 
         @accelbench.hookimpl
         def register_backends(register):
             register(Old())
-        '''))
+        """),
+    )
     target = tmp_path / "site"
     pip("--target", str(target), str(old), cwd=tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(testplugins_path)])}
     env.pop("ACCELBENCH_PLUGINS", None)
-    done = subprocess.run([sys.executable, "-m", "accelbench", "plugins"], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "accelbench", "plugins"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
     plugins = {p["name"]: p for p in listing}
@@ -264,22 +313,37 @@ def test_the_scaffolds_plugin_installs_passes_its_tests_and_runs(tmp_path, accel
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # addsitedir, not a bare path: the session's own .pth files (its editable accelbench) run too
     (Path(site) / "host.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ACCELBENCH_PLUGINS", "VIRTUAL_ENV")}
+
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(python), *args], capture_output=True, text=True, env=env, cwd=tmp_path / "demo",
-                              timeout=600)
+        return subprocess.run([str(python), *args], capture_output=True, text=True, env=env, cwd=tmp_path / "demo", timeout=600)
 
     installed = run("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", ".")
     assert installed.returncode == 0, installed.stderr
     tested = run("-m", "pytest", "-q", "-p", "no:cacheprovider")
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
     assert "1 passed" in tested.stdout
-    ran = run("-m", "accelbench", "run", "--plugin", "demo", "--warmup-steps", "1", "--timed-steps", "5",
-              "-o", str(tmp_path / "demo.json"))
+    ran = run(
+        "-m",
+        "accelbench",
+        "run",
+        "--plugin",
+        "demo",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "5",
+        "-o",
+        str(tmp_path / "demo.json"),
+    )
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     [record] = json.loads((tmp_path / "demo.json").read_text())["records"]
     assert record["status"] == "ok" and record["plugin"]["name"] == "demo"

@@ -13,15 +13,33 @@ from accelbench.contract import ContractViolation
 
 def run_pytest(testplugins_path, tmp_path, *args):
     env = dict(os.environ, PYTHONPATH=str(testplugins_path))
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
 
 
 def test_benchmark_json_holds_valid_records_with_true_throughput(testplugins_path, tmp_path):
     out = tmp_path / "out.json"
-    result = run_pytest(testplugins_path, tmp_path, "--pyargs", "accelbench.benchmarks", "--benchmark-only",
-                        "--benchmark-json", str(out), "--accelbench-backend", "sleepy:fixed-time",
-                        "--accelbench-batch-sizes", "8,16", "--accelbench-rounds", "20")
+    result = run_pytest(
+        testplugins_path,
+        tmp_path,
+        "--pyargs",
+        "accelbench.benchmarks",
+        "--benchmark-only",
+        "--benchmark-json",
+        str(out),
+        "--accelbench-backend",
+        "sleepy:fixed-time",
+        "--accelbench-batch-sizes",
+        "8,16",
+        "--accelbench-rounds",
+        "20",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(out.read_text())
     records = document["accelbench"]["records"]
@@ -50,9 +68,21 @@ def test_benchmark_module_on_a_real_framework_then_compare(testplugins_path, tmp
     outs = []
     for name in ("first", "second"):
         out = tmp_path / f"{name}.json"
-        result = run_pytest(testplugins_path, tmp_path, "--pyargs", "accelbench.benchmarks", "--benchmark-only",
-                            "--benchmark-json", str(out), "--accelbench-backend", "mxnet_ngc:resnet50",
-                            "--accelbench-image-size", "32", "--accelbench-rounds", "5")
+        result = run_pytest(
+            testplugins_path,
+            tmp_path,
+            "--pyargs",
+            "accelbench.benchmarks",
+            "--benchmark-only",
+            "--benchmark-json",
+            str(out),
+            "--accelbench-backend",
+            "mxnet_ngc:resnet50",
+            "--accelbench-image-size",
+            "32",
+            "--accelbench-rounds",
+            "5",
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         [record] = json.loads(out.read_text())["accelbench"]["records"]
         assert record["framework"]["name"] == "mxnet" and record["status"] == "ok"

@@ -56,13 +56,19 @@ BAD_INPUTS = [
     (["train", "--target-top1", "nan"], "'--target-top1': 'nan' is not a finite number"),
     (["train", "--target-top1", "1.5", "-o", "{tmp}/t.json"], "--target-top1 must be in (0, 1], got 1.5"),
     # backend options are checked against each backend's typed declaration (accelbench.Option)
-    (["run", "--plugin", "tpu_official", "--option", "steps_per_loop=-1"],
-     "--option steps_per_loop: must be at least 1, got -1 (tpu_official:resnet50)"),
-    (["run", "--plugin", "tpu_official", "--option", "steps_per_loop=2.5"],
-     "--option steps_per_loop: must be an integer, got 2.5"),
+    (
+        ["run", "--plugin", "tpu_official", "--option", "steps_per_loop=-1"],
+        "--option steps_per_loop: must be at least 1, got -1 (tpu_official:resnet50)",
+    ),
+    (
+        ["run", "--plugin", "tpu_official", "--option", "steps_per_loop=2.5"],
+        "--option steps_per_loop: must be an integer, got 2.5",
+    ),
     (["run", "--plugin", "mxnet_ngc", "--option", "kvstore=nccl"], "--option kvstore: must be one of device, local, got 'nccl'"),
-    (["run", "--plugin", "torch_ref", "--option", "compile=yes"],
-     "--option compile: must be a boolean (true or false), got 'yes'"),
+    (
+        ["run", "--plugin", "torch_ref", "--option", "compile=yes"],
+        "--option compile: must be a boolean (true or false), got 'yes'",
+    ),
     (["run", "--plugin", "tf_benchmarks", "--option", "jit=1"], "unknown option 'jit' for the selected backends"),
     # worker environments
     (["run", *SLEEPY, "--env", "six=<1 !!"], "--env: 'six=<1 !!' is not a requirement"),
@@ -76,12 +82,58 @@ BAD_INPUTS = [
     (["run", *SLEEPY, "--config", "{tmp}/twice.json"], "the key 'trials' appears twice in one object"),
     (["run", *SLEEPY, "--batch-sizes", "8,,16"], "--batch-sizes has an empty item in '8,,16'"),
     (["train", "--decay-epochs", "30,,60"], "--decay-epochs has an empty item in '30,,60'"),
-    (["worker", "--plugin", "torch_ref", "--rank", "0", "--workers", "2", "--coordinator", "127.0.0.1:99999",
-      "-o", "{tmp}/w.json"], "--coordinator '127.0.0.1:99999': give HOST:PORT with a port in 1..65535"),
-    (["worker", "--plugin", "torch_ref", "--rank", "0", "--workers", "2", "--coordinator", "127.0.0.1:29500",
-      "--peers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-o", "{tmp}/w.json"], "--peers names 3 workers but --workers is 2"),
-    (["worker", "--plugin", "torch_ref", "--rank", "2", "--local-workers", "3", "--workers", "4", "--coordinator",
-      "127.0.0.1:29500", "-o", "{tmp}/w.json"], "--rank 2 with --local-workers 3 runs ranks up to 4, beyond the job's 4 workers"),
+    (
+        [
+            "worker",
+            "--plugin",
+            "torch_ref",
+            "--rank",
+            "0",
+            "--workers",
+            "2",
+            "--coordinator",
+            "127.0.0.1:99999",
+            "-o",
+            "{tmp}/w.json",
+        ],
+        "--coordinator '127.0.0.1:99999': give HOST:PORT with a port in 1..65535",
+    ),
+    (
+        [
+            "worker",
+            "--plugin",
+            "torch_ref",
+            "--rank",
+            "0",
+            "--workers",
+            "2",
+            "--coordinator",
+            "127.0.0.1:29500",
+            "--peers",
+            "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+            "-o",
+            "{tmp}/w.json",
+        ],
+        "--peers names 3 workers but --workers is 2",
+    ),
+    (
+        [
+            "worker",
+            "--plugin",
+            "torch_ref",
+            "--rank",
+            "2",
+            "--local-workers",
+            "3",
+            "--workers",
+            "4",
+            "--coordinator",
+            "127.0.0.1:29500",
+            "-o",
+            "{tmp}/w.json",
+        ],
+        "--rank 2 with --local-workers 3 runs ranks up to 4, beyond the job's 4 workers",
+    ),
     (["env", "remove", "0123456789abcdef"], "env remove: no environment has the key '0123456789abcdef'"),
 ]
 
@@ -141,8 +193,9 @@ def test_nan_is_never_written_and_validate_refuses_it(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
     assert accelbench_cli("run", *SLEEPY, "-o", str(out)).returncode == 0
     good = json.loads(out.read_text())
-    bad = dict(good, records=[dict(good["records"][0], throughput=dict(good["records"][0]["throughput"],
-                                                                       images_per_sec=float("nan")))])
+    bad = dict(
+        good, records=[dict(good["records"][0], throughput=dict(good["records"][0]["throughput"], images_per_sec=float("nan")))]
+    )
     with pytest.raises(ValueError):
         records.write_results(tmp_path / "nan.json", [records.Record.from_json(r) for r in bad["records"]])
     assert not (tmp_path / "nan.json").exists()
@@ -200,8 +253,21 @@ def test_a_worker_growing_past_its_memory_limit_is_stopped_with_a_record(accelbe
     """Resident memory of the worker, watched by the host (train mode has a default limit)."""
     out = tmp_path / "r.json"
     started = time.monotonic()
-    result = accelbench_cli("run", "--backend", "misbehaving:oom", "--backend", "sleepy:fixed-time",
-                            "--memory-limit-mb", "600", "--warmup-steps", "1", "--timed-steps", "3", "-o", str(out))
+    result = accelbench_cli(
+        "run",
+        "--backend",
+        "misbehaving:oom",
+        "--backend",
+        "sleepy:fixed-time",
+        "--memory-limit-mb",
+        "600",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "3",
+        "-o",
+        str(out),
+    )
     assert time.monotonic() - started < 60 and result.returncode == 1
     oom, sleepy = load_records(out)
     assert oom["status"] == "failed" and oom["reason"].startswith("out of memory: the worker held ")
@@ -216,8 +282,21 @@ def test_concurrent_runs_on_one_results_file_keep_every_record(accelbench_cli, t
     import concurrent.futures
 
     shared = tmp_path / "shared.json"
-    args = ("run", "--backend", "sleepy:fixed-time", "--trials", "3", "--warmup-steps", "1", "--timed-steps", "3",
-            "--option", "step_ms=5", "-o", str(shared))
+    args = (
+        "run",
+        "--backend",
+        "sleepy:fixed-time",
+        "--trials",
+        "3",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "3",
+        "--option",
+        "step_ms=5",
+        "-o",
+        str(shared),
+    )
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         done = list(pool.map(lambda _: accelbench_cli(*args), range(4)))
     assert [d.returncode for d in done] == [0] * 4, [d.stderr[-500:] for d in done]
@@ -248,9 +327,10 @@ def test_two_writers_merge_and_each_replaces_only_its_own_records(tmp_path):
 
     shared = tmp_path / "shared.json"
     base = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"]
-    a1, a2, b1 = (records.Record.from_json({**r, "schema_version": records.validation.RESULT_SCHEMA_VERSION,
-                                            "warnings": [tag]})
-                  for r, tag in zip([base[0], base[0], base[1]], ["a1", "a2", "b1"]))
+    a1, a2, b1 = (
+        records.Record.from_json({**r, "schema_version": records.validation.RESULT_SCHEMA_VERSION, "warnings": [tag]})
+        for r, tag in zip([base[0], base[0], base[1]], ["a1", "a2", "b1"])
+    )
     first, second = records.ResultsWriter(shared), records.ResultsWriter(shared)
     first.write([a1])
     second.write([b1])
@@ -267,8 +347,25 @@ def test_a_results_file_read_into_records_and_written_again_is_byte_identical(ac
     from accelbench import records
 
     out = tmp_path / "r.json"
-    done = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", "--trials", "2", "--warmup-steps", "1",
-                          "--timed-steps", "4", "--option", "step_ms=5", "--price-per-hour", "1.5", "-o", str(out))
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "sleepy",
+        "--plugin",
+        "twin",
+        "--trials",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--timed-steps",
+        "4",
+        "--option",
+        "step_ms=5",
+        "--price-per-hour",
+        "1.5",
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     document = records.read_document(out)
     assert [r.schedule.kind for r in document.records if r.schedule] == ["lockstep", "lockstep"]

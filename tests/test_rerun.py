@@ -14,10 +14,32 @@ def made_once(testplugins_path, tmp_path_factory):
     """One results file of a two-point sweep (2 trials each), made once for these tests."""
     out = tmp_path_factory.mktemp("then") / "then.json"
     env = {k: v for k, v in os.environ.items() if k != "ACCELBENCH_PLUGINS"}
-    done = subprocess.run([sys.executable, "-m", "accelbench", "run", "--backend", "sleepy:fixed-time",
-                           "--batch-sizes", "8,16", "--trials", "2", "--warmup-steps", "2", "--timed-steps", "10",
-                           "--option", "step_ms=5", "-o", str(out)], capture_output=True, text=True,
-                          env={**env, "PYTHONPATH": str(testplugins_path)}, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelbench",
+            "run",
+            "--backend",
+            "sleepy:fixed-time",
+            "--batch-sizes",
+            "8,16",
+            "--trials",
+            "2",
+            "--warmup-steps",
+            "2",
+            "--timed-steps",
+            "10",
+            "--option",
+            "step_ms=5",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(testplugins_path)},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return out.read_text()
 
@@ -53,8 +75,9 @@ def test_rerun_names_what_changed_in_the_lock_and_the_machine(accelbench_cli, ma
         lock["distributions"] = [p if not p.startswith("pluggy==") else "pluggy==0.1" for p in lock["distributions"]]
         lock["sha256"] = "0" * 64
     then.write_text(json.dumps(document))
-    done = accelbench_cli("rerun", str(then), "--record", document["records"][1]["config_hash"][:10],
-                          "-o", str(tmp_path / "now.json"))
+    done = accelbench_cli(
+        "rerun", str(then), "--record", document["records"][1]["config_hash"][:10], "-o", str(tmp_path / "now.json")
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(load_records(tmp_path / "now.json")) == 1
     assert "lock pluggy 0.1 -> " in done.stdout
@@ -92,4 +115,5 @@ def test_a_sweeps_machine_differences_print_once(accelbench_cli, made_once, tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(load_records(tmp_path / "now.json")) == 2
     assert [line for line in done.stdout.splitlines() if line.startswith("machine ")] == [
-        f"machine cpu_cores: 96 -> {os.cpu_count()}"]
+        f"machine cpu_cores: 96 -> {os.cpu_count()}"
+    ]

@@ -100,8 +100,7 @@ def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli,
     result = paired(records)
     # the order of each round is read from the positions, not the clock: one start time for every
     # trial leaves the same answer (by start times, A would never have run first)
-    same_start = [{**r, "trials": [{**t, "started_utc": "2026-01-01T00:00:00.000Z"} for t in r["trials"]]}
-                  for r in records]
+    same_start = [{**r, "trials": [{**t, "started_utc": "2026-01-01T00:00:00.000Z"} for t in r["trials"]]} for r in records]
     assert (paired(same_start).ratio, paired(same_start).ci95) == (result.ratio, result.ci95)
     assert result.analysis.startswith("paired rounds") and result.samples == "6 paired rounds"
     # not "1.0 lies in the interval": a 95% interval misses the truth one run in twenty by design,
@@ -130,8 +129,9 @@ def test_heavy_noise_never_gives_a_false_within(accelbench_cli, tmp_path):
     # the twin is 6% slower, outside the 3% tolerance: "within" would be false. (A true ratio inside
     # the tolerance, as 1.02 once was here, makes "within" correct, and 4 noisy rounds leave an
     # interval that is now and then narrow by chance: CI once drew one, 0.995-1.008, for a 0.980.)
-    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.06",
-                          "--option", "noise=0.4", *drifting())
+    records, _ = twin_run(
+        accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.06", "--option", "noise=0.4", *drifting()
+    )
     assert paired(records).verdict in ("undecided", "outside")
 
 
@@ -146,8 +146,9 @@ def test_one_trial_per_side_is_never_decided(accelbench_cli, tmp_path):
 
 
 def test_until_decided_stops_as_soon_as_the_answer_is_known(accelbench_cli, tmp_path):
-    records, result = twin_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "120",
-                               "--option", "twin_scale=1.10")
+    records, result = twin_run(
+        accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "120", "--option", "twin_scale=1.10"
+    )
     block = records[0]["schedule"]
     assert block["stop_reason"].startswith("decided: ") and "outside" in block["stop_reason"]
     assert block["stop_rule"] == "every comparison decided at ±3.0%"
@@ -163,8 +164,9 @@ def test_until_decided_respects_the_time_budget(accelbench_cli, tmp_path):
     started = time.monotonic()
     # the first look comes after --trials rounds: 1000 cannot fit in 4 s, so only the budget can
     # stop it (noisy equal speeds could, rarely, be decided at an early look: 5% error is allowed)
-    records, _ = twin_run(accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "4s",
-                          "--trials", "1000", "--option", "noise=0.5")
+    records, _ = twin_run(
+        accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "4s", "--trials", "1000", "--option", "noise=0.5"
+    )
     elapsed = time.monotonic() - started
     block = records[0]["schedule"]
     assert block["stop_reason"] == "time budget of 4 s spent before the answer was decided"
@@ -173,8 +175,7 @@ def test_until_decided_respects_the_time_budget(accelbench_cli, tmp_path):
 
 
 def test_until_halfwidth_reaches_the_requested_precision(accelbench_cli, tmp_path):
-    records, _ = twin_run(accelbench_cli, tmp_path, "--until-halfwidth", "2%", "--max-time", "60",
-                          "--option", "noise=0.05")
+    records, _ = twin_run(accelbench_cli, tmp_path, "--until-halfwidth", "2%", "--max-time", "60", "--option", "noise=0.05")
     assert records[0]["schedule"]["stop_reason"].startswith("precise: ")
     result = paired(records)
     assert max(result.ratio - result.ci95[0], result.ci95[1] - result.ratio) / result.ratio <= 0.02
@@ -187,12 +188,15 @@ def test_a_drifting_run_warns_of_its_trend(accelbench_cli, tmp_path):
     assert any("trended" in w and "drifted" in w for w in records[0]["warnings"])
 
 
-@pytest.mark.parametrize("rates, warned", [
-    ([100.0, 99.0, 98.0, 97.0, 96.0, 95.0], True),       # -1% a round, 5% in all
-    ([100.0, 99.99, 99.98, 99.97, 99.96, 99.95], False),  # as steady a fit, 0.05% in all
-    ([100.0, 102.0, 99.0, 101.0, 100.0, 98.0], False),    # noise, no slope
-    ([100.0, 99.0, 98.0], False),                         # too few rounds to test
-])
+@pytest.mark.parametrize(
+    "rates, warned",
+    [
+        ([100.0, 99.0, 98.0, 97.0, 96.0, 95.0], True),  # -1% a round, 5% in all
+        ([100.0, 99.99, 99.98, 99.97, 99.96, 99.95], False),  # as steady a fit, 0.05% in all
+        ([100.0, 102.0, 99.0, 101.0, 100.0, 98.0], False),  # noise, no slope
+        ([100.0, 99.0, 98.0], False),  # too few rounds to test
+    ],
+)
 def test_only_a_significant_drift_of_at_least_one_percent_warns(rates, warned):
     found = stats.trend(range(len(rates)), rates)
     assert (found is not None and found.significant) is warned
@@ -212,14 +216,17 @@ def test_cli_compare_reads_the_pairing_from_one_file(accelbench_cli, tmp_path):
     assert comparison["ratio"] == pytest.approx(1.10, rel=0.02)
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--until-decided", "3 percent"), "--until-decided must be like 3% or 0.03"),
-    (("--until-decided", "0%"), "--until-decided must be between 0 and 100%"),
-    (("--until-decided", "3%", "--until-halfwidth", "1%"), "give one of --until-decided and --until-halfwidth"),
-    (("--until-decided", "3%", "--schedule", "sequential"), "need paired trials: --schedule lockstep or interleaved"),
-    (("--max-time", "soon"), "--max-time must be a duration like 300, 90s, 5m or 1h"),
-    (("--max-time", "0"), "--max-time must be more than 0 seconds"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--until-decided", "3 percent"), "--until-decided must be like 3% or 0.03"),
+        (("--until-decided", "0%"), "--until-decided must be between 0 and 100%"),
+        (("--until-decided", "3%", "--until-halfwidth", "1%"), "give one of --until-decided and --until-halfwidth"),
+        (("--until-decided", "3%", "--schedule", "sequential"), "need paired trials: --schedule lockstep or interleaved"),
+        (("--max-time", "soon"), "--max-time must be a duration like 300, 90s, 5m or 1h"),
+        (("--max-time", "0"), "--max-time must be more than 0 seconds"),
+    ],
+)
 def test_bad_schedule_input_is_one_line_and_exit_2(accelbench_cli, tmp_path, args, message):
     out = tmp_path / "never.json"
     result = accelbench_cli("run", "--plugin", "sleepy", "--plugin", "twin", *args, "-o", str(out))

@@ -16,8 +16,7 @@ import pytest
 from accelbench import validation
 
 FIXTURES = Path(__file__).parent / "fixtures"
-VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0", "1.8.0", "1.9.0", "1.10.0",
-            "1.11.0"]
+VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0", "1.8.0", "1.9.0", "1.10.0", "1.11.0"]
 
 
 def fixture(version: str) -> Path:
@@ -58,8 +57,7 @@ def test_the_schemas_constrain_the_shape_of_names_not_their_values():
     record.update(model={"name": "any-model_2", "variant": "x.y"}, precision="tf32+", device={**record["device"], "kind": "npu"})
     assert validation.errors("result", record) == []
     record["precision"] = "two words"
-    assert validation.errors("result", record) == [
-        "$.precision: 'two words' does not match '^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$'"]
+    assert validation.errors("result", record) == ["$.precision: 'two words' does not match '^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$'"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -14,9 +14,12 @@ CORE = Path(__file__).parents[1] / "core"
 
 def imports_of(path: Path, modules: set[str]) -> set[str]:
     tree = ast.parse(path.read_text())
-    annotations_only = {id(node) for branch in ast.walk(tree)
-                        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
-                        for node in ast.walk(branch)}
+    annotations_only = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
+        for node in ast.walk(branch)
+    }
     found = set()
     for node in ast.walk(tree):
         if id(node) in annotations_only or not isinstance(node, ast.ImportFrom) or node.level != 1:
@@ -59,9 +62,12 @@ def package_graph() -> dict[str, set[str]]:
     for name, path in names.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree = ast.parse(path.read_text())
-        annotations_only = {id(node) for branch in ast.walk(tree)
-                            if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
-                            for node in ast.walk(branch)}
+        annotations_only = {
+            id(node)
+            for branch in ast.walk(tree)
+            if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
+            for node in ast.walk(branch)
+        }
         targets = set()
         for node in ast.walk(tree):
             if id(node) in annotations_only or not isinstance(node, ast.ImportFrom):
@@ -100,6 +106,9 @@ def test_the_checker_sees_a_cycle_a_deferred_import_would_hide(tmp_path):
 
 def test_every_room_says_what_it_holds():
     """Each module opens with a docstring (the room's job), as the layout page lists them."""
-    missing = [path.name for path in sorted(CORE.glob("*.py"))
-               if path.name != "__main__.py" and not ast.get_docstring(ast.parse(path.read_text()))]
+    missing = [
+        path.name
+        for path in sorted(CORE.glob("*.py"))
+        if path.name != "__main__.py" and not ast.get_docstring(ast.parse(path.read_text()))
+    ]
     assert missing == []

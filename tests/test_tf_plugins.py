@@ -98,10 +98,13 @@ def test_tf_benchmarks_bf16_records_bf16():
     assert record["settings"]["variable_dtype"] == "float32"
 
 
-@pytest.mark.parametrize("environment, emulated_by", [
-    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "bf16 is emulated: TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0)"),
-    ({"TF_ENABLE_ONEDNN_OPTS": "1"}, None),
-])
+@pytest.mark.parametrize(
+    "environment, emulated_by",
+    [
+        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "bf16 is emulated: TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0)"),
+        ({"TF_ENABLE_ONEDNN_OPTS": "1"}, None),
+    ],
+)
 def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environment, emulated_by):
     from accelbench.environment import cpu_flags
     from accelbench.plugins.cpu_features import bf16_emulation_warning
@@ -143,22 +146,24 @@ def test_fp16_on_cpu_is_unavailable_not_a_crash():
 
 def test_flops_counted_from_the_model_v1_and_v15():
     v1 = run_backend("tf_benchmarks", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0, timed_steps=1)
-    v15 = run_backend("tf_benchmarks", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0,
-                      timed_steps=1, variant="v1.5")
+    v15 = run_backend(
+        "tf_benchmarks", image_size=224, num_classes=1000, global_batch=1, warmup_steps=0, timed_steps=1, variant="v1.5"
+    )
     assert v1["flops"]["per_image"] == pytest.approx(6 * RESNET50_V1_MACS, rel=0.002)
     assert v15["flops"]["per_image"] == pytest.approx(6 * RESNET50_V15_MACS, rel=0.002)
-    assert v1["flops"]["achieved_per_s"] == pytest.approx(
-        v1["flops"]["per_image"] * v1["throughput"]["images_per_sec"])
+    assert v1["flops"]["achieved_per_s"] == pytest.approx(v1["flops"]["per_image"] * v1["throughput"]["images_per_sec"])
 
 
 def test_v15_moves_the_stride_into_the_3x3_and_no_conv_has_a_bias():
-    code = ("import tf_keras as k\n"
-            "from accelbench.plugins.tf_common import resnet50\n"
-            "m = resnet50(k, 'v1.5', (224, 224, 3), 1000)\n"
-            "s = {l.name: l.strides for l in m.layers if l.name.startswith('conv3_block1_') and hasattr(l, 'strides')}\n"
-            "convs = [l for l in m.layers if type(l).__name__ == 'Conv2D']\n"
-            "print(s['conv3_block1_1_conv'], s['conv3_block1_2_conv'], s['conv3_block1_0_conv'], m.output_shape,\n"
-            "      len(convs), sum(l.use_bias for l in convs), sum(v.shape.num_elements() for v in m.trainable_weights))")
+    code = (
+        "import tf_keras as k\n"
+        "from accelbench.plugins.tf_common import resnet50\n"
+        "m = resnet50(k, 'v1.5', (224, 224, 3), 1000)\n"
+        "s = {l.name: l.strides for l in m.layers if l.name.startswith('conv3_block1_') and hasattr(l, 'strides')}\n"
+        "convs = [l for l in m.layers if type(l).__name__ == 'Conv2D']\n"
+        "print(s['conv3_block1_1_conv'], s['conv3_block1_2_conv'], s['conv3_block1_0_conv'], m.output_shape,\n"
+        "      len(convs), sum(l.use_bias for l in convs), sum(v.shape.num_elements() for v in m.trainable_weights))"
+    )
     # 53 convolutions, none with a bias: the 25,557,032 trained parameters of the reference ResNet-50
     assert last_line_printed(code) == "(1, 1) (2, 2) (2, 2) (None, 1000) 53 0 25557032"
 
@@ -166,14 +171,16 @@ def test_v15_moves_the_stride_into_the_3x3_and_no_conv_has_a_bias():
 def test_the_stem_pools_with_same_padding_as_the_tensorflow_references():
     # tf_cnn_benchmarks, the official TPU model and the Model Garden: max_pool(3, 2, "SAME") on the
     # stem's ReLU, no padded copy of it (Keras' ResNet50 has a ZeroPadding2D + "valid" there)
-    code = ("import numpy as np, tensorflow as tf, tf_keras as k\n"
-            "from accelbench.plugins.tf_common import resnet50\n"
-            "m = resnet50(k, 'v1', (64, 64, 3), 10)\n"
-            "pads = [l.name for l in m.layers if type(l).__name__ == 'ZeroPadding2D']\n"
-            "relu, pool = m.get_layer('conv1_relu'), m.get_layer('pool1_pool')\n"
-            "r, p = k.Model(m.input, [relu.output, pool.output])(\n"
-            "    np.random.default_rng(0).normal(size=(2, 64, 64, 3)).astype('float32'), training=False)\n"
-            "print(pads, pool.padding, tuple(p.shape), float(tf.reduce_max(tf.abs(p - tf.nn.max_pool2d(r, 3, 2, 'SAME')))))")
+    code = (
+        "import numpy as np, tensorflow as tf, tf_keras as k\n"
+        "from accelbench.plugins.tf_common import resnet50\n"
+        "m = resnet50(k, 'v1', (64, 64, 3), 10)\n"
+        "pads = [l.name for l in m.layers if type(l).__name__ == 'ZeroPadding2D']\n"
+        "relu, pool = m.get_layer('conv1_relu'), m.get_layer('pool1_pool')\n"
+        "r, p = k.Model(m.input, [relu.output, pool.output])(\n"
+        "    np.random.default_rng(0).normal(size=(2, 64, 64, 3)).astype('float32'), training=False)\n"
+        "print(pads, pool.padding, tuple(p.shape), float(tf.reduce_max(tf.abs(p - tf.nn.max_pool2d(r, 3, 2, 'SAME')))))"
+    )
     assert last_line_printed(code) == "['conv1_pad'] same (2, 16, 16, 64) 0.0"
 
 
@@ -203,8 +210,13 @@ def test_tpu_official_loss_falls():
 def test_steps_per_loop_accounting_matches_one_step_per_call():
     one = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=12, warmup_steps=4)
     four = run_backend("tpu_official", options={"steps_per_loop": 4}, timed_steps=12, warmup_steps=4)
-    assert four["steps"] == {"warmup": 4, "timed": 12, "steps_per_sample": 4,
-                             "warmup_rule": "fixed: 4 steps", "timed_rule": "counted: 12 steps"}
+    assert four["steps"] == {
+        "warmup": 4,
+        "timed": 12,
+        "steps_per_sample": 4,
+        "warmup_rule": "fixed: 4 steps",
+        "timed_rule": "counted: 12 steps",
+    }
     assert len(four["trials"][0]["step_times_s"]) == 3  # 12 steps in 3 host round-trips
     assert four["throughput"]["images"] == one["throughput"]["images"] == 12 * 8
     ratio = four["throughput"]["images_per_sec"] / one["throughput"]["images_per_sec"]

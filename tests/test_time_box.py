@@ -37,14 +37,16 @@ def test_a_time_box_stops_on_time_and_keeps_the_figure_exact(accelbench_cli, tmp
 
 
 def test_the_stable_warm_up_ends_when_the_step_time_settles(accelbench_cli, tmp_path):
-    record = one_record(accelbench_cli, tmp_path, "--time", "1s", "--option", "step_ms=10",
-                        "--option", "slow_first=4", "--warmup-steps", "20")
+    record = one_record(
+        accelbench_cli, tmp_path, "--time", "1s", "--option", "step_ms=10", "--option", "slow_first=4", "--warmup-steps", "20"
+    )
     # 4 slow steps, then 3 steady ones make the window stable
     assert record["steps"]["warmup"] == 7 == record["trials"][0]["warmup_steps"]
     assert record["steps"]["warmup_rule"] == "stable after 7 steps (last 3 within 5% of their median)"
     assert max(record["trials"][0]["step_times_s"]) < 0.02  # no slow step was timed
-    capped = one_record(accelbench_cli, tmp_path, "--time", "1s", "--option", "step_ms=10",
-                        "--option", "slow_first=8", "--warmup-steps", "5")
+    capped = one_record(
+        accelbench_cli, tmp_path, "--time", "1s", "--option", "step_ms=10", "--option", "slow_first=8", "--warmup-steps", "5"
+    )
     assert capped["steps"]["warmup"] == 5
     assert capped["steps"]["warmup_rule"] == "cap of 5 steps reached before the step time was stable"
 
@@ -55,15 +57,23 @@ def test_the_default_is_a_time_box_and_tf_cnn_counts(accelbench_cli, tmp_path):
     assert timed_phase(RunConfig()) == {"timed_steps": None, "time_s": DEFAULT_TIME_S, "warmup": "stable"}
     assert timed_phase(RunConfig(workers=2)) == {"timed_steps": 100, "time_s": None, "warmup": "fixed"}
     record = one_record(accelbench_cli, tmp_path, "--protocol", "tf_cnn", "--option", "step_ms=1")
-    assert record["steps"] == {"warmup": 10, "timed": 100, "steps_per_sample": 1,
-                               "warmup_rule": "fixed: 10 steps", "timed_rule": "counted: 100 steps"}
+    assert record["steps"] == {
+        "warmup": 10,
+        "timed": 100,
+        "steps_per_sample": 1,
+        "warmup_rule": "fixed: 10 steps",
+        "timed_rule": "counted: 100 steps",
+    }
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--time", "2s", "--timed-steps", "5"], "give one of --timed-steps and --time"),
-    (["--time", "forever"], "--time must be a duration"),
-    (["--workers", "2", "--time", "5s"], "multi-worker runs count steps in lock step"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--time", "2s", "--timed-steps", "5"], "give one of --timed-steps and --time"),
+        (["--time", "forever"], "--time must be a duration"),
+        (["--workers", "2", "--time", "5s"], "multi-worker runs count steps in lock step"),
+    ],
+)
 def test_bad_time_boxes_are_refused_before_any_worker(accelbench_cli, tmp_path, args, message):
     out = tmp_path / "x.json"
     result = accelbench_cli("run", "--plugin", "sleepy", *args, "-o", str(out))
@@ -80,9 +90,28 @@ def test_a_log_gets_a_line_per_trial_while_the_run_goes(testplugins_path, tmp_pa
     log = tmp_path / "run.log"
     env = {"PYTHONPATH": str(testplugins_path), "PATH": "/usr/bin:/bin"}
     with open(log, "w") as fh:
-        run = subprocess.Popen([sys.executable, "-m", "accelbench", "run", "--plugin", "sleepy", "--time", "2s",
-                                "--trials", "3", "--option", "step_ms=5", "-o", str(tmp_path / "r.json")],
-                               stdout=fh, stderr=subprocess.STDOUT, cwd=tmp_path, env=env)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "accelbench",
+                "run",
+                "--plugin",
+                "sleepy",
+                "--time",
+                "2s",
+                "--trials",
+                "3",
+                "--option",
+                "step_ms=5",
+                "-o",
+                str(tmp_path / "r.json"),
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=env,
+        )
         seen_while_running = ""
         deadline = time.monotonic() + 60
         while run.poll() is None and time.monotonic() < deadline:
@@ -109,8 +138,10 @@ def test_log_lines_report_progress_at_most_every_interval(monkeypatch):
         lines.progress("p:b", 0, "timed", second, None)
     progress = [line for line in out.getvalue().splitlines() if "..." in line]
     assert [line.split("] ")[1] for line in progress] == [
-        "... p:b trial 1: timed 30 steps, 30 s", "... p:b trial 1: timed 60 steps, 60 s",
-        "... p:b trial 1: timed 90 steps, 90 s"]
+        "... p:b trial 1: timed 30 steps, 30 s",
+        "... p:b trial 1: timed 60 steps, 60 s",
+        "... p:b trial 1: timed 90 steps, 90 s",
+    ]
 
 
 def test_json_and_quiet_are_for_scripts(accelbench_cli, tmp_path):
@@ -122,10 +153,16 @@ def test_json_and_quiet_are_for_scripts(accelbench_cli, tmp_path):
     assert quiet.returncode == 0 and quiet.stdout.strip() == f"results: {tmp_path / 'q.json'}"
 
 
-@pytest.mark.parametrize("flags, expected", [
-    ({"avx2", "fma"}, True), ({"avx2", "avx512f", "avx512bw", "avx512vl"}, True),
-    ({"avx512f", "avx512_bf16"}, False), ({"amx_bf16", "avx512f"}, False), (set(), False),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ({"avx2", "fma"}, True),
+        ({"avx2", "avx512f", "avx512bw", "avx512vl"}, True),
+        ({"avx512f", "avx512_bf16"}, False),
+        ({"amx_bf16", "avx512f"}, False),
+        (set(), False),
+    ],
+)
 def test_bf16_emulation_is_told_from_the_cpu_flags(flags, expected):
     from accelbench.plugins.cpu_features import bf16_emulation_warning
 
@@ -135,11 +172,17 @@ def test_bf16_emulation_is_told_from_the_cpu_flags(flags, expected):
         assert warning.startswith("bf16 is emulated on this CPU")
 
 
-@pytest.mark.parametrize("ceiling, expected", [
-    ("ONEDNN_MAX_CPU_ISA=AVX512_CORE", True), ("DNNL_MAX_CPU_ISA=avx2", True),
-    ("ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI", True), ("ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16", False),
-    ("DNNL_MAX_CPU_ISA=AVX512_CORE_AMX", False), (None, False),
-])
+@pytest.mark.parametrize(
+    "ceiling, expected",
+    [
+        ("ONEDNN_MAX_CPU_ISA=AVX512_CORE", True),
+        ("DNNL_MAX_CPU_ISA=avx2", True),
+        ("ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI", True),
+        ("ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16", False),
+        ("DNNL_MAX_CPU_ISA=AVX512_CORE_AMX", False),
+        (None, False),
+    ],
+)
 def test_a_onednn_ceiling_below_bf16_emulates_it_whatever_the_cpu_has(ceiling, expected):
     from accelbench.plugins.cpu_features import bf16_emulation_warning
 
@@ -176,11 +219,14 @@ onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx10_1_512_amx,fo
 """
 
 
-@pytest.mark.parametrize("log, isa, kernel", [
-    (ONEDNN_2_LOG, "Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions", "jit_bf16:avx512_core"),
-    (ONEDNN_3_LOG, "Intel AVX10.1 and Intel AMX with bfloat16 and 8-bit integer support", "brg_conv_fwd:avx10_1_512_amx"),
-    ("some other output\n", None, None),
-])
+@pytest.mark.parametrize(
+    "log, isa, kernel",
+    [
+        (ONEDNN_2_LOG, "Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions", "jit_bf16:avx512_core"),
+        (ONEDNN_3_LOG, "Intel AVX10.1 and Intel AMX with bfloat16 and 8-bit integer support", "brg_conv_fwd:avx10_1_512_amx"),
+        ("some other output\n", None, None),
+    ],
+)
 def test_onednn_verbose_logs_of_both_formats_are_read(log, isa, kernel):
     from accelbench.plugins.cpu_features import onednn_verbose_read_back
 
@@ -199,23 +245,25 @@ def test_a_onednn_probe_that_fails_or_hangs_reads_back_nothing(monkeypatch):
     assert hanging.process.returncode is not None  # killed, not left running
 
 
-@pytest.mark.parametrize("kernel, flags, expected", [
-    ("brg_conv_fwd:avx10_1_512_amx", {"avx2"}, None),  # what oneDNN ran outranks the flags
-    ("brgconv:avx512_core_amx_bf16", set(), None),
-    ("brg_conv_fwd:avx512_core_bf16", set(), None),
-    ("jit_bf16:avx512_core", {"avx512_bf16", "amx_bf16"}, "bf16 is emulated: X's oneDNN ran its bf16 convolution"),
-    ("jit:avx2", {"avx2"}, "bf16 is emulated: X's oneDNN ran its bf16 convolution"),
-    (None, {"avx2"}, "bf16 is emulated on this CPU"),  # oneDNN ran none: the CPU's flags tell
-    (None, {"avx512_bf16"}, None),
-    ("gemm:jit", {"avx2"}, "bf16 is emulated on this CPU"),  # no instruction set in its name
-])
+@pytest.mark.parametrize(
+    "kernel, flags, expected",
+    [
+        ("brg_conv_fwd:avx10_1_512_amx", {"avx2"}, None),  # what oneDNN ran outranks the flags
+        ("brgconv:avx512_core_amx_bf16", set(), None),
+        ("brg_conv_fwd:avx512_core_bf16", set(), None),
+        ("jit_bf16:avx512_core", {"avx512_bf16", "amx_bf16"}, "bf16 is emulated: X's oneDNN ran its bf16 convolution"),
+        ("jit:avx2", {"avx2"}, "bf16 is emulated: X's oneDNN ran its bf16 convolution"),
+        (None, {"avx2"}, "bf16 is emulated on this CPU"),  # oneDNN ran none: the CPU's flags tell
+        (None, {"avx512_bf16"}, None),
+        ("gemm:jit", {"avx2"}, "bf16 is emulated on this CPU"),  # no instruction set in its name
+    ],
+)
 def test_bf16_emulation_is_told_from_the_kernel_onednn_ran(kernel, flags, expected, monkeypatch):
     from accelbench.plugins.cpu_features import bf16_emulation_from_onednn
 
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
-    warning = bf16_emulation_from_onednn("X", {"onednn_isa": "Intel AVX2", "onednn_convolution": kernel},
-                                         frozenset(flags))
+    warning = bf16_emulation_from_onednn("X", {"onednn_isa": "Intel AVX2", "onednn_convolution": kernel}, frozenset(flags))
     assert warning is None if expected is None else warning.startswith(expected), warning
 
 
@@ -238,11 +286,14 @@ bf16[3,3,64,64]{3,2,1,0} %p.1), window={size=3x3 pad=1_1x1_1}, custom_call_targe
   %conv.2 = f32[8,56,56,64]{3,2,1,0} convolution(bf16[8,56,56,64]{3,2,1,0} %p.0, f32[3,3,64,64]{3,2,1,0} %p.3)"""
 
 
-@pytest.mark.parametrize("text, convolutions, dots", [
-    (XLA_CPU_BF16_CONVOLUTION, {"f32": 1}, {"f32": 1}),
-    (XLA_GPU_BF16_CONVOLUTION, {"bf16": 1, "bf16,f32": 1}, {}),  # not the cuDNN call that is no convolution
-    ("HloModule nothing", {}, {}),
-])
+@pytest.mark.parametrize(
+    "text, convolutions, dots",
+    [
+        (XLA_CPU_BF16_CONVOLUTION, {"f32": 1}, {"f32": 1}),
+        (XLA_GPU_BF16_CONVOLUTION, {"bf16": 1, "bf16,f32": 1}, {}),  # not the cuDNN call that is no convolution
+        ("HloModule nothing", {}, {}),
+    ],
+)
 def test_what_xla_compiled_is_read_from_its_hlo(text, convolutions, dots):
     from accelbench.plugins.jax_flax import hlo
 
@@ -250,16 +301,23 @@ def test_what_xla_compiled_is_read_from_its_hlo(text, convolutions, dots):
     assert hlo.dot_operands(text) == dots
 
 
-@pytest.mark.parametrize("operands, platform, flags, expected", [
-    ({"f32": 158}, "cpu", {"avx512_bf16", "amx_bf16"}, "bf16 is emulated: XLA's CPU backend compiled the step's "
-                                                        "convolutions with f32 operands (158, none in bf16"),
-    ({"f32": 158}, "gpu", set(), "bf16 is emulated: XLA's GPU backend"),  # a GPU without bf16 units
-    ({"bf16": 158}, "cpu", {"avx512_bf16"}, None),
-    ({"bf16": 158}, "cpu", {"avx2"}, "bf16 is emulated on this CPU"),  # XLA kept bf16: the CPU's flags tell
-    ({"bf16,f32": 2}, "gpu", set(), None),
-    ({}, "cpu", {"avx2"}, "bf16 is emulated on this CPU"),  # nothing read: the flags
-    ({}, "gpu", set(), None),
-])
+@pytest.mark.parametrize(
+    "operands, platform, flags, expected",
+    [
+        (
+            {"f32": 158},
+            "cpu",
+            {"avx512_bf16", "amx_bf16"},
+            "bf16 is emulated: XLA's CPU backend compiled the step's convolutions with f32 operands (158, none in bf16",
+        ),
+        ({"f32": 158}, "gpu", set(), "bf16 is emulated: XLA's GPU backend"),  # a GPU without bf16 units
+        ({"bf16": 158}, "cpu", {"avx512_bf16"}, None),
+        ({"bf16": 158}, "cpu", {"avx2"}, "bf16 is emulated on this CPU"),  # XLA kept bf16: the CPU's flags tell
+        ({"bf16,f32": 2}, "gpu", set(), None),
+        ({}, "cpu", {"avx2"}, "bf16 is emulated on this CPU"),  # nothing read: the flags
+        ({}, "gpu", set(), None),
+    ],
+)
 def test_bf16_emulation_is_told_from_what_xla_compiled(operands, platform, flags, expected, monkeypatch):
     from accelbench import api
     from accelbench.plugins.jax_flax.training import emulation_warnings

@@ -56,8 +56,14 @@ def test_torch_levers_are_read_back_and_train_the_same():
     (NCHW) format change how the step runs, not what it computes: the record reads both back, and
     the losses of a few steps match the default's."""
     default = run_backend("torch_ref", timed_steps=4, warmup_steps=0, **SMALL)
-    levers = run_backend("torch_ref", timed_steps=4, warmup_steps=0, inter_op_threads=1,
-                         options={"fused_sgd": False, "memory_format": "contiguous"}, **SMALL)
+    levers = run_backend(
+        "torch_ref",
+        timed_steps=4,
+        warmup_steps=0,
+        inter_op_threads=1,
+        options={"fused_sgd": False, "memory_format": "contiguous"},
+        **SMALL,
+    )
     assert levers["status"] == "ok", levers["reason"]
     assert levers["settings"]["inter_op_threads"] == 1
     assert levers["settings"]["sgd_implementation"] == "for-loop"  # PyTorch's choice for CPU tensors
@@ -129,15 +135,37 @@ def test_torch_two_workers_on_ddp_keep_identical_weights():
     assert checksums[0] == checksums[1]
     assert merged["throughput"]["images"] == 2 * 4 * 5
     assert dist["scaling_efficiency"] == pytest.approx(
-        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"]))
+        merged["throughput"]["images_per_sec"] / (2 * baseline["throughput"]["images_per_sec"])
+    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow not installed")
 def test_torch_and_tensorflow_records_of_one_config_compare(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
-    done = accelbench_cli("run", "--plugin", "torch_ref", "--plugin", "tf_benchmarks", "--variant", "v1.5",
-                          "--image-size", "32", "--num-classes", "10", "--global-batch", "4", "--warmup-steps", "2",
-                          "--timed-steps", "4", "--trials", "2", "-o", str(out), timeout=600)
+    done = accelbench_cli(
+        "run",
+        "--plugin",
+        "torch_ref",
+        "--plugin",
+        "tf_benchmarks",
+        "--variant",
+        "v1.5",
+        "--image-size",
+        "32",
+        "--num-classes",
+        "10",
+        "--global-batch",
+        "4",
+        "--warmup-steps",
+        "2",
+        "--timed-steps",
+        "4",
+        "--trials",
+        "2",
+        "-o",
+        str(out),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     torch_record, tf_record = load_records(out)
     # FLOPs counted on each framework's own model: the same ResNet-50 v1.5, so the same count

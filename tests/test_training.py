@@ -55,15 +55,20 @@ def test_both_formats_read_back_equal_to_the_digits(digits):
     # the image folder: torch_ref's and jax_flax's (whose environment is made on first use)
     assert set(manifest["formats"]) == {"tfrecord", "recordio", "imagefolder"}
     pixels, labels = datasets.digits_pixels()
-    sources = {split: sorted((digits / "images" / split).glob("*/*.png"), key=lambda p: (int(p.parent.name), p.name))
-               for split in ("train", "val")}
+    sources = {
+        split: sorted((digits / "images" / split).glob("*/*.png"), key=lambda p: (int(p.parent.name), p.name))
+        for split in ("train", "val")
+    }
     for path in sources["train"] + sources["val"]:  # each stored image is the digit itself
         index = int(path.stem)
         assert labels[index] == int(path.parent.name)
         assert np.array_equal(np.asarray(Image.open(io.BytesIO(path.read_bytes()))), pixels[index])
     with dataset_writers(PluginHost().backends()) as writers:
-        stored = {(fmt, split): writer.read([str(digits / f) for f in manifest["formats"][fmt][split]])
-                  for fmt, writer in writers.items() for split in sources}
+        stored = {
+            (fmt, split): writer.read([str(digits / f) for f in manifest["formats"][fmt][split]])
+            for fmt, writer in writers.items()
+            for split in sources
+        }
     for (fmt, split), read_back in stored.items():
         expected = [(datasets.file_digest(str(p)), int(p.parent.name)) for p in sources[split]]
         assert sorted(read_back) == sorted(expected), f"{fmt} {split}"
@@ -75,11 +80,20 @@ def test_both_formats_read_back_equal_to_the_digits(digits):
     assert counts["train"]["count"] + counts["val"]["count"] == len(pixels) == 1797
 
 
-@pytest.mark.parametrize("plugin, precision", [
-    ("tf_benchmarks", "fp32"), ("mxnet_ngc", "fp32"), ("tpu_official", "bf16"),
-    pytest.param("torch_ref", "fp32", marks=pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                                               reason="PyTorch not installed")),
-    ("jax_flax", "bf16")])  # in its own environment, made on first use
+@pytest.mark.parametrize(
+    "plugin, precision",
+    [
+        ("tf_benchmarks", "fp32"),
+        ("mxnet_ngc", "fp32"),
+        ("tpu_official", "bf16"),
+        pytest.param(
+            "torch_ref",
+            "fp32",
+            marks=pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed"),
+        ),
+        ("jax_flax", "bf16"),
+    ],
+)  # in its own environment, made on first use
 def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precision):
     record = train(digits, plugin, precision=precision)
     assert record["status"] == "ok", record["reason"]
@@ -98,6 +112,7 @@ def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precisio
     assert record["image_size"] == 8 and record["batch"]["global"] == 64
     # a default resident-memory limit, watched by the host: 3/4 of this machine's memory
     from accelbench import memwatch
+
     assert record["config"]["memory_limit_mb"] == int(memwatch.machine_memory_mb() * 0.75)
     assert t["preprocessing"]["augmentation"] == "none"
     assert record["throughput"]["images_per_sec"] > 0
@@ -146,10 +161,29 @@ def test_train_command_on_an_image_folder_with_imagenet_preprocessing(accelbench
     assert converted.returncode == 0, converted.stderr
     manifest = json.loads((tmp_path / "data" / "dataset.json").read_text())
     assert manifest["preset"] == "imagenet" and manifest["image"]["height"] is None
-    result = accelbench_cli("train", "--data", str(tmp_path / "data"), "--image-size", "32", "--global-batch", "8",
-                            "--max-epochs", "2", "--warmup-epochs", "1", "--target-top1", "0.5",
-                            "--price-per-hour", "12.24", "--plugin", "tf_benchmarks", "--plugin", "mxnet_ngc",
-                            "-o", str(tmp_path / "r.json"))
+    result = accelbench_cli(
+        "train",
+        "--data",
+        str(tmp_path / "data"),
+        "--image-size",
+        "32",
+        "--global-batch",
+        "8",
+        "--max-epochs",
+        "2",
+        "--warmup-epochs",
+        "1",
+        "--target-top1",
+        "0.5",
+        "--price-per-hour",
+        "12.24",
+        "--plugin",
+        "tf_benchmarks",
+        "--plugin",
+        "mxnet_ngc",
+        "-o",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 0, result.stderr
     records = load_records(tmp_path / "r.json")
     assert [r["status"] for r in records] == ["ok", "ok"], [r["reason"] for r in records]
@@ -189,12 +223,12 @@ def test_the_readme_train_command_then_the_report(accelbench_cli, tmp_path, monk
     records = load_records(tmp_path / "train.json")
     # jax_flax in its own environment, made on first use in this cache
     assert {r["plugin"]["name"] for r in records} == {"tf_benchmarks", "mxnet_ngc", "tpu_official", "jax_flax"} | (
-        {"torch_ref"} if importlib.util.find_spec("torch") else set())
+        {"torch_ref"} if importlib.util.find_spec("torch") else set()
+    )
     assert "making a worker environment for jax>=0.10" in result.stderr
     assert all(r["training"]["target_reached"] for r in records), [r["training"]["curve"] for r in records]
     assert "epochs to target" in result.stdout
-    report = accelbench_cli("report", str(tmp_path / "train.json"), "--out", str(tmp_path / "report"),
-                            "--price-per-hour", "6.50")
+    report = accelbench_cli("report", str(tmp_path / "train.json"), "--out", str(tmp_path / "report"), "--price-per-hour", "6.50")
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "report" / "index.html").read_text()
     assert "accuracy_vs_epoch.png" in page and (tmp_path / "report" / "accuracy_vs_epoch.png").stat().st_size > 10_000
@@ -204,12 +238,15 @@ def test_the_readme_train_command_then_the_report(accelbench_cli, tmp_path, monk
         assert t["cost_to_target"]["cost"] == pytest.approx(t["time_to_target_s"] / 3600 * 6.50)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--data", "{tmp}/nowhere"], "not a converted dataset"),
-    (["--data", "{digits}", "--target-top1", "1.5"], "--target-top1 must be in (0, 1], got 1.5"),
-    (["--data", "{digits}", "--global-batch", "5000"], "larger than the training split (1437 images)"),
-    (["--data", "{digits}", "--decay-epochs", "ten"], "--decay-epochs must be comma-separated integers"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "{tmp}/nowhere"], "not a converted dataset"),
+        (["--data", "{digits}", "--target-top1", "1.5"], "--target-top1 must be in (0, 1], got 1.5"),
+        (["--data", "{digits}", "--global-batch", "5000"], "larger than the training split (1437 images)"),
+        (["--data", "{digits}", "--decay-epochs", "ten"], "--decay-epochs must be comma-separated integers"),
+    ],
+)
 def test_bad_train_input_is_one_line_exit_2_nothing_written(accelbench_cli, tmp_path, digits, args, message):
     args = [a.format(tmp=tmp_path, digits=digits) for a in args]
     result = accelbench_cli("train", *args, "-o", str(tmp_path / "r.json"))

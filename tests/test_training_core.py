@@ -11,8 +11,7 @@ from accelbench.training import TrainSpec
 
 
 def spec(**changes) -> TrainSpec:
-    base = dict(dataset="d", target_top1=0.9, max_epochs=10, base_learning_rate=0.1, warmup_epochs=5,
-                decay_epochs=(30, 60, 80))
+    base = dict(dataset="d", target_top1=0.9, max_epochs=10, base_learning_rate=0.1, warmup_epochs=5, decay_epochs=(30, 60, 80))
     return TrainSpec(**{**base, **changes})
 
 
@@ -55,8 +54,9 @@ def test_stops_at_the_first_evaluation_reaching_the_target():
 
 def test_warm_up_rates_rise_every_step_and_evaluation_follows_eval_every():
     backend = ScriptedBackend([0.1, 0.2])
-    result = training.train(backend, spec(warmup_epochs=2, decay_epochs=(), max_epochs=4, eval_every=2),
-                            steps_per_epoch=4, global_batch=256)
+    result = training.train(
+        backend, spec(warmup_epochs=2, decay_epochs=(), max_epochs=4, eval_every=2), steps_per_epoch=4, global_batch=256
+    )
     assert backend.rates[:9] == pytest.approx([0.1 * i / 8 for i in range(8)] + [0.1])
     assert [row.eval_accuracy for row in result.curve] == [None, 0.1, None, 0.2]
     assert backend.evaluations == 2
@@ -73,10 +73,8 @@ def test_a_target_not_reached_is_recorded_with_the_best_accuracy():
 
 
 def test_presets_give_defaults_and_the_user_overrides_them():
-    dataset = {"preset": "small", "root": "/d", "name": "digits", "num_classes": 10,
-               "image": {"height": 8, "width": 8}}
-    data = training.run_config_data(dataset, {"global_batch": None, "precision": "bf16"},
-                                    {"max_epochs": 7, "target_top1": None})
+    dataset = {"preset": "small", "root": "/d", "name": "digits", "num_classes": 10, "image": {"height": 8, "width": 8}}
+    data = training.run_config_data(dataset, {"global_batch": None, "precision": "bf16"}, {"max_epochs": 7, "target_top1": None})
     assert data["model"] == "resnet_small" and data["image_size"] == 8 and data["global_batch"] == 64
     assert data["train"]["max_epochs"] == 7 and data["train"]["target_top1"] == 0.95
     assert data["precision"] == "bf16" and data["mode"] == "train"
@@ -137,7 +135,8 @@ def test_a_single_epoch_run_times_that_epoch_and_says_nothing_was_excluded():
 
 
 def test_a_run_of_several_epochs_excludes_exactly_the_first():
-    result = training.train(ScriptedBackend([0.5, 0.6, 0.7]), spec(max_epochs=3, target_top1=0.99),
-                            steps_per_epoch=5, global_batch=64)
+    result = training.train(
+        ScriptedBackend([0.5, 0.6, 0.7]), spec(max_epochs=3, target_top1=0.99), steps_per_epoch=5, global_batch=64
+    )
     assert result.steady.warmup_calls == 5 and result.steady.timed_calls == 10
     assert result.steady.warmup_rule == "the first epoch" and result.steady.timed_rule == "the epochs after the first"

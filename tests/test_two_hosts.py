@@ -31,8 +31,24 @@ import pytest
 
 NETWORK = "10.77.0.{}"
 COORDINATOR_PORT = 29531
-SMALL = ["--model", "resnet_small", "--image-size", "16", "--num-classes", "10", "--per-device-batch", "2",
-         "--warmup-steps", "1", "--timed-steps", "3", "--threads", "1", "--timeout", "240"]
+SMALL = [
+    "--model",
+    "resnet_small",
+    "--image-size",
+    "16",
+    "--num-classes",
+    "10",
+    "--per-device-batch",
+    "2",
+    "--warmup-steps",
+    "1",
+    "--timed-steps",
+    "3",
+    "--threads",
+    "1",
+    "--timeout",
+    "240",
+]
 
 
 def ip(*args: str) -> subprocess.CompletedProcess:
@@ -45,13 +61,22 @@ def two_hosts():
     if not sys.platform.startswith("linux") or shutil.which("ip") is None or shutil.which("unshare") is None:
         pytest.skip("two hosts on one machine need Linux, iproute2's ip and util-linux's unshare")
     tag = f"{os.getpid() % 100000}"
-    hosts = [(f"ab-a{tag}", NETWORK.format(1), f"host-a{tag}", f"veth-a{tag}"),
-             (f"ab-b{tag}", NETWORK.format(2), f"host-b{tag}", f"veth-b{tag}")]
-    steps = [("netns", "add", hosts[0][0]), ("netns", "add", hosts[1][0]),
-             ("link", "add", hosts[0][3], "type", "veth", "peer", "name", hosts[1][3])]
+    hosts = [
+        (f"ab-a{tag}", NETWORK.format(1), f"host-a{tag}", f"veth-a{tag}"),
+        (f"ab-b{tag}", NETWORK.format(2), f"host-b{tag}", f"veth-b{tag}"),
+    ]
+    steps = [
+        ("netns", "add", hosts[0][0]),
+        ("netns", "add", hosts[1][0]),
+        ("link", "add", hosts[0][3], "type", "veth", "peer", "name", hosts[1][3]),
+    ]
     for namespace, address, _, veth in hosts:
-        steps += [("link", "set", veth, "netns", namespace), ("-n", namespace, "addr", "add", f"{address}/24", "dev", veth),
-                  ("-n", namespace, "link", "set", veth, "up"), ("-n", namespace, "link", "set", "lo", "up")]
+        steps += [
+            ("link", "set", veth, "netns", namespace),
+            ("-n", namespace, "addr", "add", f"{address}/24", "dev", veth),
+            ("-n", namespace, "link", "set", veth, "up"),
+            ("-n", namespace, "link", "set", "lo", "up"),
+        ]
     try:
         for step in steps:
             done = ip(*step)
@@ -66,8 +91,23 @@ def two_hosts():
 def on_host(host, *args: str, cwd) -> subprocess.Popen:
     """``accelbench worker`` inside a host's namespace, under its own hostname (a UTS namespace)."""
     namespace, _, hostname = host
-    command = ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
-               'hostname "$0" && exec "$@"', hostname, sys.executable, "-m", "accelbench", "worker", *args]
+    command = [
+        "ip",
+        "netns",
+        "exec",
+        namespace,
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        'hostname "$0" && exec "$@"',
+        hostname,
+        sys.executable,
+        "-m",
+        "accelbench",
+        "worker",
+        *args,
+    ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
 
 
@@ -107,10 +147,21 @@ def sockets_stay_inside(namespace: str, port: int, within_s: float = 60) -> bool
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
 def test_pytorch_ddp_over_two_hosts_with_two_workers_each(two_hosts, accelbench_cli, tmp_path):
     a, b = two_hosts
-    common = ["--plugin", "torch_ref", "--workers", "4", "--local-workers", "2",
-              "--coordinator", f"{a[1]}:{COORDINATOR_PORT}", *SMALL]
-    ranks = [on_host(a, *common, "--rank", "0", "--host", a[1], "-o", str(tmp_path / "a.json"), cwd=tmp_path),
-             on_host(b, *common, "--rank", "2", "--host", b[1], "-o", str(tmp_path / "b.json"), cwd=tmp_path)]
+    common = [
+        "--plugin",
+        "torch_ref",
+        "--workers",
+        "4",
+        "--local-workers",
+        "2",
+        "--coordinator",
+        f"{a[1]}:{COORDINATOR_PORT}",
+        *SMALL,
+    ]
+    ranks = [
+        on_host(a, *common, "--rank", "0", "--host", a[1], "-o", str(tmp_path / "a.json"), cwd=tmp_path),
+        on_host(b, *common, "--rank", "2", "--host", b[1], "-o", str(tmp_path / "b.json"), cwd=tmp_path),
+    ]
     assert sockets_stay_inside(a[0], COORDINATOR_PORT)
     finished(ranks)
     record = merged(accelbench_cli, tmp_path, [tmp_path / "a.json", tmp_path / "b.json"])
@@ -119,8 +170,7 @@ def test_pytorch_ddp_over_two_hosts_with_two_workers_each(two_hosts, accelbench_
     assert distributed["engine"] == "torch_distributed" and distributed["workers"] == 4
     assert distributed["hosts"] == [a[2], b[2]]
     rows = distributed["per_worker"]
-    assert [(w["rank"], w["host"], w["local_rank"]) for w in rows] == [
-        (0, a[2], 0), (1, a[2], 1), (2, b[2], 0), (3, b[2], 1)]
+    assert [(w["rank"], w["host"], w["local_rank"]) for w in rows] == [(0, a[2], 0), (1, a[2], 1), (2, b[2], 0), (3, b[2], 1)]
     assert len({w["final"]["weights_checksum"] for w in rows}) == 1  # one model, all-reduced across hosts
     assert record["throughput"]["images"] == 4 * 2 * 3
     assert distributed["network"].startswith("the host's network (a multi-host job")
@@ -130,10 +180,21 @@ def test_pytorch_ddp_over_two_hosts_with_two_workers_each(two_hosts, accelbench_
 def test_tensorflow_multi_worker_over_two_hosts(two_hosts, accelbench_cli, tmp_path):
     a, b = two_hosts
     peers = f"{a[1]}:{COORDINATOR_PORT},{b[1]}:{COORDINATOR_PORT}"
-    common = ["--plugin", "tf_benchmarks", "--workers", "2", "--coordinator", f"{a[1]}:{COORDINATOR_PORT}",
-              "--peers", peers, *SMALL]
-    ranks = [on_host(a, *common, "--rank", "0", "--host", a[1], "-o", str(tmp_path / "a.json"), cwd=tmp_path),
-             on_host(b, *common, "--rank", "1", "--host", b[1], "-o", str(tmp_path / "b.json"), cwd=tmp_path)]
+    common = [
+        "--plugin",
+        "tf_benchmarks",
+        "--workers",
+        "2",
+        "--coordinator",
+        f"{a[1]}:{COORDINATOR_PORT}",
+        "--peers",
+        peers,
+        *SMALL,
+    ]
+    ranks = [
+        on_host(a, *common, "--rank", "0", "--host", a[1], "-o", str(tmp_path / "a.json"), cwd=tmp_path),
+        on_host(b, *common, "--rank", "1", "--host", b[1], "-o", str(tmp_path / "b.json"), cwd=tmp_path),
+    ]
     finished(ranks)
     record = merged(accelbench_cli, tmp_path, [tmp_path / "a.json", tmp_path / "b.json"])
     assert record["status"] == "ok", record["reason"]

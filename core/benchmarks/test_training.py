@@ -8,10 +8,13 @@
 
 
 def test_training_step(accelbench_benchmark, accelbench_backend, accelbench_batch, accelbench_options):
-    record = accelbench_benchmark(accelbench_backend, rounds=accelbench_options["rounds"],
-                                  warmup_rounds=accelbench_options["warmup"], global_batch=accelbench_batch,
-                                  **accelbench_options["config"])
+    record = accelbench_benchmark(
+        accelbench_backend,
+        rounds=accelbench_options["rounds"],
+        warmup_rounds=accelbench_options["warmup"],
+        global_batch=accelbench_batch,
+        **accelbench_options["config"],
+    )
     if record is not None:
         assert record.status == "ok" and record.throughput is not None
-        assert record.throughput.images == accelbench_batch * accelbench_options["rounds"] \
-            * record.steps.steps_per_sample
+        assert record.throughput.images == accelbench_batch * accelbench_options["rounds"] * record.steps.steps_per_sample

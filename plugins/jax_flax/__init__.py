@@ -30,20 +30,30 @@ class JaxDistributedEngine(Engine):
     def _plan(self, coordinator: str, workers: int, ranks) -> LaunchPlan:
         from .training import COORDINATOR, PROCESS_ID, PROCESSES
 
-        return LaunchPlan(self.name, workers, [{COORDINATOR: coordinator, PROCESSES: str(workers),
-                                                PROCESS_ID: str(rank)} for rank in ranks])
+        return LaunchPlan(
+            self.name, workers, [{COORDINATOR: coordinator, PROCESSES: str(workers), PROCESS_ID: str(rank)} for rank in ranks]
+        )
 
 
 class FlaxResNet50(RunBackend):
     info = BackendInfo(
-        name="resnet50", framework="jax", requires=("jax", "flax", "optax"),
-        models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
-        precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
-        default_batch={"cpu": 8, "gpu": 256, "tpu": 1024}, version=VERSION,
+        name="resnet50",
+        framework="jax",
+        requires=("jax", "flax", "optax"),
+        models=("resnet50", "resnet_small"),
+        variants={"resnet50": ("v1.5",)},
+        precisions=("bf16", "fp32"),
+        devices=("cpu", "gpu", "tpu"),
+        batch_semantics="global",
+        default_batch={"cpu": 8, "gpu": 256, "tpu": 1024},
+        version=VERSION,
         description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 by default",
         # tcmalloc measured 1.222x the C library's malloc (95% CI 1.145-1.304) on the Zen 4 CPU, bf16
         # (README, levers): with glibc's malloc a step took ~330,000 page faults and 0.67 s of kernel CPU
-        data_format="imagefolder", environment=extra("jax"), allocator="tcmalloc")
+        data_format="imagefolder",
+        environment=extra("jax"),
+        allocator="tcmalloc",
+    )
     engine = JaxDistributedEngine()
 
     def check(self, config: RunConfig) -> str | None:
@@ -70,10 +80,12 @@ class FlaxResNet50(RunBackend):
         self.operands = [jax.device_put(jax.random.normal(k, (size, size)).astype(dtype), device) for k in keys]
         self.product = jax.jit(jnp.dot)
         dots = hlo.dot_operands(self.product.lower(*self.operands).compile().as_text())  # the call reuses it
-        return Prepared(device_name=training.device_name(device), framework_version=jax.__version__,
-                        settings={"operator": "jax.jit(jnp.dot)", "dtype": str(dtype), "xla_dot_operands": dots},
-                        warnings=training.emulation_warnings(config.resolved_precision, device.platform, dots,
-                                                             "the matrix product"))
+        return Prepared(
+            device_name=training.device_name(device),
+            framework_version=jax.__version__,
+            settings={"operator": "jax.jit(jnp.dot)", "dtype": str(dtype), "xla_dot_operands": dots},
+            warnings=training.emulation_warnings(config.resolved_precision, device.platform, dots, "the matrix product"),
+        )
 
     def matmul(self) -> None:
         self.product(*self.operands).block_until_ready()

@@ -41,8 +41,12 @@ class JaxDatasetRun(JaxRun):
         return self.dataset["image"]["channels"]
 
     def _recipe(self) -> dict[str, Any]:
-        return {"momentum": self.spec["momentum"], "nesterov": self.spec["nesterov"],
-                "weight_decay": self.spec["weight_decay"], "learning_rate": 0.0}
+        return {
+            "momentum": self.spec["momentum"],
+            "nesterov": self.spec["nesterov"],
+            "weight_decay": self.spec["weight_decay"],
+            "learning_rate": 0.0,
+        }
 
     def _synthetic(self, jax, shape):
         return None, None  # batches come from the dataset
@@ -56,7 +60,7 @@ class JaxDatasetRun(JaxRun):
         while True:  # a new shuffled order every epoch; the last partial batch is dropped
             order = self.rng.permutation(len(self.train_samples))
             for start in range(0, len(order) - batch + 1, batch):
-                yield self._batch([self.train_samples[i] for i in order[start:start + batch]], training=True)
+                yield self._batch([self.train_samples[i] for i in order[start : start + batch]], training=True)
 
     def _batch(self, samples: list[tuple[str, int]], training: bool):
         import numpy
@@ -114,8 +118,9 @@ class JaxDatasetRun(JaxRun):
 
     def train_step(self, learning_rate: float) -> float:
         images, labels = next(self.batches)
-        return self._run_step(self.jax.device_put(images, self.batch_sharded),
-                              self.jax.device_put(labels, self.batch_sharded), learning_rate)
+        return self._run_step(
+            self.jax.device_put(images, self.batch_sharded), self.jax.device_put(labels, self.batch_sharded), learning_rate
+        )
 
     def _eval_step(self, state, images, labels, valid):
         import jax
@@ -138,7 +143,7 @@ class JaxDatasetRun(JaxRun):
 
         batch, top1, top5, loss = self.config.resolved_global_batch, 0, 0, 0.0
         for start in range(0, len(self.val_samples), batch):
-            chunk = self.val_samples[start:start + batch]
+            chunk = self.val_samples[start : start + batch]
             images, labels = self._batch(chunk + [chunk[-1]] * (batch - len(chunk)), training=False)
             valid = numpy.arange(batch) < len(chunk)
             put = lambda a: self.jax.device_put(a, self.batch_sharded)  # noqa: E731
@@ -150,9 +155,16 @@ class JaxDatasetRun(JaxRun):
     def prepared(self) -> Prepared:
         prepared = super().prepared()
         prepared.data_placement = "host input pipeline (Pillow + numpy, main process)"
-        prepared.settings.update(preprocessing=describe_preprocessing(self.config, self.dataset, {
-            "train": "random resized crop (area 8-100%, aspect 3/4-4/3) + horizontal flip",
-            "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop"},
-            "image folder decoded by Pillow into numpy batches"),
-            learning_rate="set every step by core's schedule")
+        prepared.settings.update(
+            preprocessing=describe_preprocessing(
+                self.config,
+                self.dataset,
+                {
+                    "train": "random resized crop (area 8-100%, aspect 3/4-4/3) + horizontal flip",
+                    "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop",
+                },
+                "image folder decoded by Pillow into numpy batches",
+            ),
+            learning_rate="set every step by core's schedule",
+        )
         return prepared

@@ -48,8 +48,11 @@ def _operand_types(hlo_text: str, call: re.Pattern, is_operation: Callable[[str]
         operands = call.search(line) if is_operation(line) else None
         if operands:
             lhs_rhs = list(_OPERAND.finditer(operands.group(1)))[:2]  # a cuDNN call may take more (a bias)
-            counts[",".join(sorted({typed or types.get(name, "unknown") for typed, name in
-                                    (operand.groups() for operand in lhs_rhs)}))] += 1
+            counts[
+                ",".join(
+                    sorted({typed or types.get(name, "unknown") for typed, name in (operand.groups() for operand in lhs_rhs)})
+                )
+            ] += 1
     return dict(counts)
 
 

@@ -53,8 +53,9 @@ class ResNet(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = True):
         conv = partial(nn.Conv, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, padding="SAME")
-        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5,
-                       dtype=self.dtype, param_dtype=jnp.float32)
+        norm = partial(
+            nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5, dtype=self.dtype, param_dtype=jnp.float32
+        )
         x = x.astype(self.dtype)
         if self.small:  # a 3x3 stem, no pooling, basic blocks (model_specs)
             x = nn.relu(norm()(conv(SMALL_CHANNELS[0], (3, 3))(x)))

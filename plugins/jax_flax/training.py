@@ -33,8 +33,9 @@ def import_jax(config: RunConfig):
     if os.environ.get(COORDINATOR) and not _joined:
         if config.device == "cpu":  # collectives between CPU processes
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(os.environ[COORDINATOR], num_processes=int(os.environ[PROCESSES]),
-                                   process_id=int(os.environ[PROCESS_ID]))
+        jax.distributed.initialize(
+            os.environ[COORDINATOR], num_processes=int(os.environ[PROCESSES]), process_id=int(os.environ[PROCESS_ID])
+        )
         _joined.append(True)
     return jax
 
@@ -90,8 +91,9 @@ class JaxRun:
         mesh = Mesh(numpy.array(self.devices), ("data",))
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.batch_sharded = NamedSharding(mesh, PartitionSpec("data"))
-        self.model = ResNet(config.num_classes, small=config.model == "resnet_small",
-                            dtype=jnp.dtype(COMPUTE_DTYPES[config.resolved_precision]))
+        self.model = ResNet(
+            config.num_classes, small=config.model == "resnet_small", dtype=jnp.dtype(COMPUTE_DTYPES[config.resolved_precision])
+        )
         key = jax.random.PRNGKey(config.seed)
         shape = (config.image_size, config.image_size, self.channels)
         variables = self.model.init(key, jnp.zeros((1, *shape)), train=False)
@@ -105,9 +107,11 @@ class JaxRun:
         # argument of the step so train mode's schedule changes it without recompiling; weight
         # decay on conv and dense kernels only, never batch-norm parameters or biases
         self.tx = optax.chain(
-            optax.add_decayed_weights(self.weight_decay, mask=lambda params: jax.tree_util.tree_map(
-                lambda p: p.ndim > 1, params)),
-            optax.trace(decay=self.momentum, nesterov=self.nesterov))
+            optax.add_decayed_weights(
+                self.weight_decay, mask=lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+            ),
+            optax.trace(decay=self.momentum, nesterov=self.nesterov),
+        )
         state = (variables["params"], variables["batch_stats"], self.tx.init(variables["params"]))
         self.state = jax.device_put(state, self.replicated)
         self.images, self.labels = self._synthetic(jax, shape)
@@ -118,8 +122,12 @@ class JaxRun:
         return 3
 
     def _recipe(self) -> dict:
-        return {"learning_rate": BASE_LEARNING_RATE * self.config.resolved_global_batch / 256, "momentum": MOMENTUM,
-                "weight_decay": WEIGHT_DECAY, "nesterov": False}
+        return {
+            "learning_rate": BASE_LEARNING_RATE * self.config.resolved_global_batch / 256,
+            "momentum": MOMENTUM,
+            "weight_decay": WEIGHT_DECAY,
+            "nesterov": False,
+        }
 
     def _synthetic(self, jax, shape):
         """Images and labels made once by each process for its own devices, reused every step."""
@@ -129,8 +137,10 @@ class JaxRun:
         batch = self.config.resolved_per_device_batch * self.config.resolved_device_count  # this process's share
         images = rng.standard_normal((batch, *shape), dtype=numpy.float32)
         labels = rng.integers(0, self.config.num_classes, batch, dtype=numpy.int32)
-        return (jax.make_array_from_process_local_data(self.batch_sharded, images),
-                jax.make_array_from_process_local_data(self.batch_sharded, labels))
+        return (
+            jax.make_array_from_process_local_data(self.batch_sharded, images),
+            jax.make_array_from_process_local_data(self.batch_sharded, labels),
+        )
 
     def _train_step(self, state, images, labels, learning_rate):
         import jax
@@ -139,8 +149,9 @@ class JaxRun:
         params, batch_stats, opt_state = state
 
         def loss_of(params):
-            logits, updated = self.model.apply({"params": params, "batch_stats": batch_stats}, images,
-                                               train=True, mutable=["batch_stats"])
+            logits, updated = self.model.apply(
+                {"params": params, "batch_stats": batch_stats}, images, train=True, mutable=["batch_stats"]
+            )
             targets = optax.smooth_labels(jax.nn.one_hot(labels, self.config.num_classes), self.label_smoothing)
             loss = optax.softmax_cross_entropy(logits, targets).mean()  # fp32 logits and loss
             return loss, updated["batch_stats"]
@@ -173,23 +184,37 @@ class JaxRun:
         params = jax.tree_util.tree_leaves(self.state[0])
         convolutions = hlo.convolution_operands(self._compiled_step_hlo())
         return Prepared(
-            warnings=emulation_warnings(self.config.resolved_precision, self.devices[0].platform, convolutions,
-                                        "the step's convolutions"),
-            device_name=device_name(self.devices[0]), compile_s=self.compile_s,
-            flops_per_image=self.flops_per_image, data_placement="device",
+            warnings=emulation_warnings(
+                self.config.resolved_precision, self.devices[0].platform, convolutions, "the step's convolutions"
+            ),
+            device_name=device_name(self.devices[0]),
+            compile_s=self.compile_s,
+            flops_per_image=self.flops_per_image,
+            data_placement="device",
             framework_version=jax.__version__,
-            settings={"flax": _version("flax"), "optax": _version("optax"), "jaxlib": _version("jaxlib"),
-                      "optimizer": "optax SGD (trace, -learning rate) + decayed weights (conv/dense kernels)",
-                      "learning_rate": self.learning_rate, "momentum": self.momentum, "nesterov": self.nesterov,
-                      "weight_decay": self.weight_decay, "label_smoothing": self.label_smoothing,
-                      "variable_dtype": str(params[0].dtype), "compute_dtype": self.compute_dtype,
-                      "xla_convolution_operands": convolutions,
-                      "parameters": int(sum(p.size for p in params)),
-                      "devices": [str(d) for d in self.devices], "platform": self.devices[0].platform,
-                      "processes": jax.process_count(),
-                      "data_parallel": f"jax.sharding over {len(self.devices)} device(s)",
-                      "jit": "jax.jit, state donated", "xla_flags": os.environ.get("XLA_FLAGS", ""),
-                      "flops_counted_by": "conv and dense layers of the Flax model (kernel x output shapes)"})
+            settings={
+                "flax": _version("flax"),
+                "optax": _version("optax"),
+                "jaxlib": _version("jaxlib"),
+                "optimizer": "optax SGD (trace, -learning rate) + decayed weights (conv/dense kernels)",
+                "learning_rate": self.learning_rate,
+                "momentum": self.momentum,
+                "nesterov": self.nesterov,
+                "weight_decay": self.weight_decay,
+                "label_smoothing": self.label_smoothing,
+                "variable_dtype": str(params[0].dtype),
+                "compute_dtype": self.compute_dtype,
+                "xla_convolution_operands": convolutions,
+                "parameters": int(sum(p.size for p in params)),
+                "devices": [str(d) for d in self.devices],
+                "platform": self.devices[0].platform,
+                "processes": jax.process_count(),
+                "data_parallel": f"jax.sharding over {len(self.devices)} device(s)",
+                "jit": "jax.jit, state donated",
+                "xla_flags": os.environ.get("XLA_FLAGS", ""),
+                "flops_counted_by": "conv and dense layers of the Flax model (kernel x output shapes)",
+            },
+        )
 
     def _compiled_step_hlo(self) -> str:
         """The step as XLA compiled it for this run's shapes and devices (optimised HLO text). Compiled
@@ -198,8 +223,9 @@ class JaxRun:
 
         jax, cfg = self.jax, self.config
         batch = cfg.resolved_per_device_batch * len(self.devices)  # the global array, as the step is called
-        images = jax.ShapeDtypeStruct((batch, cfg.image_size, cfg.image_size, self.channels), jnp.float32,
-                                      sharding=self.batch_sharded)
+        images = jax.ShapeDtypeStruct(
+            (batch, cfg.image_size, cfg.image_size, self.channels), jnp.float32, sharding=self.batch_sharded
+        )
         labels = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self.batch_sharded)
         started = time.perf_counter()
         compiled = self._step.lower(self.state, images, labels, self.learning_rate).compile()
@@ -214,9 +240,11 @@ def emulation_warnings(precision: str, platform: str, operands: dict[str, int], 
     if precision != "bf16":
         return []
     if operands and not hlo.computes_in(operands, "bf16"):
-        return [f"bf16 is emulated: XLA's {platform.upper()} backend compiled {what} with {' and '.join(operands)} "
-                f"operands ({sum(operands.values())}, none in bf16; read from the compiled HLO), whatever this "
-                f"{platform.upper()} has: the figure measures bf16 data with that arithmetic"]
+        return [
+            f"bf16 is emulated: XLA's {platform.upper()} backend compiled {what} with {' and '.join(operands)} "
+            f"operands ({sum(operands.values())}, none in bf16; read from the compiled HLO), whatever this "
+            f"{platform.upper()} has: the figure measures bf16 data with that arithmetic"
+        ]
     if platform != "cpu":
         return []
     from accelbench.api import cpu_flags

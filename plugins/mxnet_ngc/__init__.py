@@ -23,15 +23,24 @@ VERSION = "1.0.0"
 
 class NgcResNet50(RunBackend):
     info = BackendInfo(
-        name="resnet50", framework="mxnet", requires=("mxnet",), models=("resnet50", "resnet_small"),
-        variants={"resnet50": RESNET50_VARIANTS}, precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"),
-        batch_semantics="global", default_batch={"cpu": 8, "gpu": 768},
-        version=VERSION, description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
+        name="resnet50",
+        framework="mxnet",
+        requires=("mxnet",),
+        models=("resnet50", "resnet_small"),
+        variants={"resnet50": RESNET50_VARIANTS},
+        precisions=("fp32", "fp16", "bf16"),
+        devices=("cpu", "gpu"),
+        batch_semantics="global",
+        default_batch={"cpu": 8, "gpu": 768},
+        version=VERSION,
+        description="NGC-style Gluon ResNet-50 (model zoo, hybridized, static alloc)",
         options={"kvstore": Option("kvstore across contexts: device (default) or local", choices=("device", "local"))},
         data_format="recordio",
         # jemalloc measured 1.042x the C library's malloc (95% CI 1.023-1.062) on the Zen 4 CPU
         # (README, levers); tcmalloc 0.974x
-        environment=extra("mxnet"), allocator="jemalloc")
+        environment=extra("mxnet"),
+        allocator="jemalloc",
+    )
     engine = DmlcPsEngine()
 
     def check(self, config: RunConfig) -> str | None:
@@ -63,10 +72,16 @@ class NgcResNet50(RunBackend):
         output = self._product()
         # named as its records name the device (nvidia-smi's name on a GPU, not MXNet's "gpu(0)"),
         # so that the peak cached under this name is found by the records of the same device
-        return Prepared(device_name=training.device_name(config), framework_version=mx.__version__,
-                        settings={"operator": "FullyConnected", "output_dtype": _dtype_name(output.dtype),
-                                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
-                                  "onednn_max_cpu_isa": training.onednn.ceiling()})
+        return Prepared(
+            device_name=training.device_name(config),
+            framework_version=mx.__version__,
+            settings={
+                "operator": "FullyConnected",
+                "output_dtype": _dtype_name(output.dtype),
+                "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
+                "onednn_max_cpu_isa": training.onednn.ceiling(),
+            },
+        )
 
     def matmul(self) -> None:
         self._product().wait_to_read()

@@ -55,7 +55,10 @@ class GluonDatasetRun(GluonRun):
         # weight decay on convolution and dense weights only, as in the TF plugins
         self.net.collect_params(".*gamma|.*beta|.*bias").setattr("wd_mult", 0.0)
         return ("nag" if self.spec["nesterov"] else "sgd"), {
-            "learning_rate": 0.0, "momentum": self.spec["momentum"], "wd": self.spec["weight_decay"]}
+            "learning_rate": 0.0,
+            "momentum": self.spec["momentum"],
+            "wd": self.spec["weight_decay"],
+        }
 
     def _inputs(self, dtype: str):
         return self._iterator("train", training=True)
@@ -64,16 +67,29 @@ class GluonDatasetRun(GluonRun):
         cfg, channels = self.config, self._input_channels()
         rec, idx = (f"{self.dataset['root']}/{name}" for name in self.dataset["formats"]["recordio"][split])
         return self.mx.io.ImageRecordIter(
-            path_imgrec=rec, path_imgidx=idx, data_shape=(channels, cfg.image_size, cfg.image_size),
-            batch_size=cfg.resolved_global_batch, shuffle=training, seed=cfg.seed, preprocess_threads=cfg.effective_threads,
-            round_batch=True, **self._augmentation(training))
+            path_imgrec=rec,
+            path_imgidx=idx,
+            data_shape=(channels, cfg.image_size, cfg.image_size),
+            batch_size=cfg.resolved_global_batch,
+            shuffle=training,
+            seed=cfg.seed,
+            preprocess_threads=cfg.effective_threads,
+            round_batch=True,
+            **self._augmentation(training),
+        )
 
     def _augmentation(self, training: bool) -> dict[str, Any]:
         size, stored = self.config.image_size, (self.dataset["image"]["height"], self.dataset["image"]["width"])
         if self.spec["augmentation"] == "imagenet":
             if training:
-                return {"random_resized_crop": True, "min_random_area": 0.08, "max_random_area": 1.0,
-                        "min_aspect_ratio": 3 / 4, "max_aspect_ratio": 4 / 3, "rand_mirror": True}
+                return {
+                    "random_resized_crop": True,
+                    "min_random_area": 0.08,
+                    "max_random_area": 1.0,
+                    "min_aspect_ratio": 3 / 4,
+                    "max_aspect_ratio": 4 / 3,
+                    "rand_mirror": True,
+                }
             return {"resize": int(size / EVAL_CROP_FRACTION)}  # then the central size x size crop
         return {} if stored == (size, size) else {"resize": size}
 
@@ -96,8 +112,10 @@ class GluonDatasetRun(GluonRun):
         smoothing, classes = self.spec["label_smoothing"], self.config.num_classes
         if smoothing:
             nd = self.mx.nd
-            pairs = [(x, nd.one_hot(y, classes, on_value=1 - smoothing + smoothing / classes,
-                                    off_value=smoothing / classes)) for x, y in pairs]
+            pairs = [
+                (x, nd.one_hot(y, classes, on_value=1 - smoothing + smoothing / classes, off_value=smoothing / classes))
+                for x, y in pairs
+            ]
         return super()._step(pairs)
 
     def train_step(self, learning_rate: float) -> float:
@@ -127,14 +145,22 @@ class GluonDatasetRun(GluonRun):
         return {"top1": top1 / seen, "top5": top5 / seen, "loss": loss / seen}
 
     def preprocessing(self) -> dict[str, Any]:
-        return describe_preprocessing(self.config, self.dataset, {
-            "train": "random resized crop (area 8-100%, aspect 3/4-4/3) + mirror",
-            "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop"},
-            "mx.io.ImageRecordIter (RecordIO)")
+        return describe_preprocessing(
+            self.config,
+            self.dataset,
+            {
+                "train": "random resized crop (area 8-100%, aspect 3/4-4/3) + mirror",
+                "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop",
+            },
+            "mx.io.ImageRecordIter (RecordIO)",
+        )
 
     def prepared(self) -> Prepared:
         prepared = super().prepared()
         prepared.data_placement = "host input pipeline (ImageRecordIter)"
-        prepared.settings.update(preprocessing=self.preprocessing(), learning_rate="set every step by core's schedule",
-                                 label_smoothing=self.spec["label_smoothing"])
+        prepared.settings.update(
+            preprocessing=self.preprocessing(),
+            learning_rate="set every step by core's schedule",
+            label_smoothing=self.spec["label_smoothing"],
+        )
         return prepared

@@ -15,25 +15,39 @@ class DmlcPsEngine(Engine):
     description = "DMLC_* roles for MXNet's dist_sync kvstore (ps-lite scheduler and servers as services)"
 
     def local(self, cluster: LocalCluster) -> LaunchPlan:
-        return dmlc_plan(cluster.workers, servers=1, root_host=cluster.host, root_port=cluster.free_port(),
-                         node_host=cluster.host, interface="lo")
+        return dmlc_plan(
+            cluster.workers,
+            servers=1,
+            root_host=cluster.host,
+            root_port=cluster.free_port(),
+            node_host=cluster.host,
+            interface="lo",
+        )
 
     def rank(self, cluster: ClusterRank) -> LaunchPlan:
         if not cluster.node_host:
             raise UsageError("--host (this host's address as the others reach it) is required for MXNet")
-        full = dmlc_plan(cluster.workers, cluster.servers, cluster.coordinator_host, cluster.coordinator_port,
-                         cluster.node_host, interface="")
+        full = dmlc_plan(
+            cluster.workers, cluster.servers, cluster.coordinator_host, cluster.coordinator_port, cluster.node_host, interface=""
+        )
         # rank 0 runs the scheduler and the servers, on the coordinator's host
-        services = ([(role, {**env, "DMLC_NODE_HOST": cluster.coordinator_host}) for role, env in full.services]
-                    if cluster.rank == 0 else [])
+        services = (
+            [(role, {**env, "DMLC_NODE_HOST": cluster.coordinator_host}) for role, env in full.services]
+            if cluster.rank == 0
+            else []
+        )
         return LaunchPlan(self.name, cluster.workers, [full.worker_envs[cluster.rank]], services)
 
 
-def dmlc_plan(workers: int, servers: int, root_host: str, root_port: int, node_host: str,
-              interface: str) -> LaunchPlan:
-    base = {"DMLC_PS_ROOT_URI": root_host, "DMLC_PS_ROOT_PORT": str(root_port),
-            "DMLC_NUM_SERVER": str(servers), "DMLC_NUM_WORKER": str(workers),
-            "DMLC_NODE_HOST": node_host, "PS_VERBOSE": "0"}
+def dmlc_plan(workers: int, servers: int, root_host: str, root_port: int, node_host: str, interface: str) -> LaunchPlan:
+    base = {
+        "DMLC_PS_ROOT_URI": root_host,
+        "DMLC_PS_ROOT_PORT": str(root_port),
+        "DMLC_NUM_SERVER": str(servers),
+        "DMLC_NUM_WORKER": str(workers),
+        "DMLC_NODE_HOST": node_host,
+        "PS_VERBOSE": "0",
+    }
     if interface:
         base["DMLC_INTERFACE"] = interface
     services = [("scheduler", {**base, "DMLC_ROLE": "scheduler"})]

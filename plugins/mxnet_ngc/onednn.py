@@ -21,8 +21,7 @@ from accelbench.plugins.cpu_features import OnednnProbe, request_amx_tiles
 ISA_VARIABLE = "DNNL_MAX_CPU_ISA"
 AMX_CEILING = "AVX512_CORE_AMX"
 # numpy >= 1.24 removed these aliases; mxnet 1.9.1 uses them at import and at run time
-REMOVED_NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "str": str,
-                         "complex": complex}
+REMOVED_NUMPY_ALIASES = {"bool": bool, "int": int, "float": float, "object": object, "str": str, "complex": complex}
 
 
 def allow_amx() -> None:

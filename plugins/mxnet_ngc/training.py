@@ -64,8 +64,9 @@ def build_network(vision, config: RunConfig):
         # Gluon's own class, with the layers every plugin's resnet_small has
         from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
-        return vision.ResNetV1(vision.BasicBlockV1, list(SMALL_LAYERS), list(SMALL_CHANNELS),
-                               classes=config.num_classes, thumbnail=True)
+        return vision.ResNetV1(
+            vision.BasicBlockV1, list(SMALL_LAYERS), list(SMALL_CHANNELS), classes=config.num_classes, thumbnail=True
+        )
     return resnet50(vision, config.variant, config.num_classes)
 
 
@@ -142,8 +143,9 @@ class GluonRun:
         # several workers: MXNet's dist_sync kvstore over ps-lite (the launch layer set DMLC_*)
         self.kvstore = "dist_sync" if config.workers > 1 else config.options.get("kvstore", "device")
         self.optimizer_name, params = self._optimizer()
-        self.trainer = gluon.Trainer(net.collect_params(), self.optimizer_name,
-                                     {**params, "multi_precision": dtype == "float16"}, kvstore=self.kvstore)
+        self.trainer = gluon.Trainer(
+            net.collect_params(), self.optimizer_name, {**params, "multi_precision": dtype == "float16"}, kvstore=self.kvstore
+        )
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         self.data = self._inputs(dtype)
         self.settings = {**params, "dtype": dtype}
@@ -205,7 +207,8 @@ class GluonRun:
                 "optimizer": f"gluon.Trainer {self.optimizer_name}",
                 # weights updated per optimizer call (MXNET_OPTIMIZER_AGGREGATION_SIZE; 1: one at a time)
                 "optimizer_aggregate_num": getattr(self.trainer._optimizer, "aggregate_num", None),
-            })
+            },
+        )
 
     def _onednn_settings(self) -> dict[str, str | None]:
         # no probe on a GPU: oneDNN was not asked (the same keys, unread, as TF's)
@@ -226,8 +229,13 @@ class GluonRun:
         """Sum of every trained weight (first context), float64: equal on every in-sync worker."""
         import numpy as np
 
-        return float(sum(np.sum(p.data(self.contexts[0]).asnumpy(), dtype=np.float64)
-                         for p in self.net.collect_params().values() if p.grad_req != "null"))
+        return float(
+            sum(
+                np.sum(p.data(self.contexts[0]).asnumpy(), dtype=np.float64)
+                for p in self.net.collect_params().values()
+                if p.grad_req != "null"
+            )
+        )
 
     def replica_weights_max_difference(self) -> float:
         """Largest absolute difference of any trained weight between the first and other contexts.

@@ -22,18 +22,28 @@ WEIGHT_DECAY = 4e-5
 
 class TfCnnResNet50(TrainMode, TfBackend):
     info = BackendInfo(
-        name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
-        models=("resnet50", "resnet_small"), variants={"resnet50": RESNET50_VARIANTS},
-        precisions=("fp32", "fp16", "bf16"), devices=("cpu", "gpu"), batch_semantics="per_device",
+        name="resnet50",
+        framework="tensorflow",
+        requires=("tensorflow", "tf_keras"),
+        models=("resnet50", "resnet_small"),
+        variants={"resnet50": RESNET50_VARIANTS},
+        precisions=("fp32", "fp16", "bf16"),
+        devices=("cpu", "gpu"),
+        batch_semantics="per_device",
         # the study's 4xV100 TensorFlow run used batch 1024 = 256 per GPU
-        default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
+        default_batch={"cpu": 8, "gpu": 256},
+        version=VERSION,
         description="tf_cnn_benchmarks protocol on TF 2 (tf-keras ResNet-50, legacy SGD)",
-        options={"jit_compile": Option("compile the step with XLA (default false: slower on CPU)", kind="bool"),
-                 "onednn": ONEDNN_OPTION},
-        data_format="tfrecord", environment=extra("tf"),
+        options={
+            "jit_compile": Option("compile the step with XLA (default false: slower on CPU)", kind="bool"),
+            "onednn": ONEDNN_OPTION,
+        },
+        data_format="tfrecord",
+        environment=extra("tf"),
         # glibc's malloc in transparent huge pages: 1.018x at batch 32 (v1.5 fp32, 3 alternating
         # rounds 1.014-1.025, 2-core Xeon with AMX, README "Headroom levers")
-        huge_pages=True)
+        huge_pages=True,
+    )
     protocol = "tf_cnn_benchmarks"
 
     def recipe(self, config: RunConfig) -> Recipe:

@@ -36,10 +36,15 @@ class TorchDistributedEngine(Engine):
         # unless told), and the rendezvous through a file, since PyTorch's TCPStore server listens
         # on every interface whatever MASTER_ADDR says; the file lies in the job's scratch directory
         store = os.path.join(cluster.scratch, "torch-store")
-        master = {"MASTER_ADDR": cluster.host, "MASTER_PORT": str(cluster.free_port()), "GLOO_SOCKET_IFNAME": "lo",
-                  INIT_METHOD_VARIABLE: f"file://{store}"}
-        return LaunchPlan(self.name, cluster.workers,
-                          [rank_env(master, rank, cluster.workers, rank) for rank in range(cluster.workers)])
+        master = {
+            "MASTER_ADDR": cluster.host,
+            "MASTER_PORT": str(cluster.free_port()),
+            "GLOO_SOCKET_IFNAME": "lo",
+            INIT_METHOD_VARIABLE: f"file://{store}",
+        }
+        return LaunchPlan(
+            self.name, cluster.workers, [rank_env(master, rank, cluster.workers, rank) for rank in range(cluster.workers)]
+        )
 
     def rank(self, cluster: ClusterRank) -> LaunchPlan:
         if not cluster.coordinator_host:
@@ -52,12 +57,10 @@ class TorchDistributedEngine(Engine):
         return LaunchPlan(self.name, cluster.workers, [env])
 
 
-def rank_env(master: dict[str, str], rank: int, world: int, local_rank: int,
-             local_world: int | None = None) -> dict[str, str]:
+def rank_env(master: dict[str, str], rank: int, world: int, local_rank: int, local_world: int | None = None) -> dict[str, str]:
     """torchrun's variables: the local rank picks the GPU (``cuda:LOCAL_RANK``)."""
     local = world if local_world is None else local_world
-    return {**master, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank),
-            "LOCAL_WORLD_SIZE": str(local)}
+    return {**master, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local)}
 
 
 def interface_of(address: str) -> str | None:
@@ -85,22 +88,38 @@ def interface_of(address: str) -> str | None:
 
 class TorchResNet50(RunBackend):
     info = BackendInfo(
-        name="resnet50", framework="pytorch", requires=("torch", "torchvision"),
-        models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
-        precisions=("fp32", "bf16", "fp16"), devices=("cpu", "gpu"),
+        name="resnet50",
+        framework="pytorch",
+        requires=("torch", "torchvision"),
+        models=("resnet50", "resnet_small"),
+        variants={"resnet50": ("v1.5",)},
+        precisions=("fp32", "bf16", "fp16"),
+        devices=("cpu", "gpu"),
         # the reference recipe's --batch-size is per GPU (256 in NVIDIA's and MLPerf's ResNet-50)
-        batch_semantics="per_device", default_batch={"cpu": 8, "gpu": 256}, version=VERSION,
+        batch_semantics="per_device",
+        default_batch={"cpu": 8, "gpu": 256},
+        version=VERSION,
         description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
-        options={"compile": Option("torch.compile the model (default false)", kind="bool"),
-                 "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool"),
-                 "fused_sgd": Option("SGD's fused kernel (one update over every tensor, the same weights; "
-                                     "default true on a CPU, where it was measured faster; on a GPU "
-                                     "PyTorch's own for-each update)", kind="bool"),
-                 "memory_format": Option("tensors' memory format (default channels_last, as the reference "
-                                         "recipe's --channels-last)", choices=("channels_last", "contiguous"))},
+        options={
+            "compile": Option("torch.compile the model (default false)", kind="bool"),
+            "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool"),
+            "fused_sgd": Option(
+                "SGD's fused kernel (one update over every tensor, the same weights; "
+                "default true on a CPU, where it was measured faster; on a GPU "
+                "PyTorch's own for-each update)",
+                kind="bool",
+            ),
+            "memory_format": Option(
+                "tensors' memory format (default channels_last, as the reference recipe's --channels-last)",
+                choices=("channels_last", "contiguous"),
+            ),
+        },
         # tcmalloc measured 1.10-1.16x the C library's malloc on the Zen 4 CPU (README, levers);
         # jemalloc 0.8x with its default settings
-        data_format="imagefolder", environment=extra("torch"), allocator="tcmalloc")
+        data_format="imagefolder",
+        environment=extra("torch"),
+        allocator="tcmalloc",
+    )
     engine = TorchDistributedEngine()
 
     def check(self, config: RunConfig) -> str | None:
@@ -132,9 +151,13 @@ class TorchResNet50(RunBackend):
         settings = {"threads": torch.get_num_threads()}
         if device.type == "cpu" and config.resolved_precision == "fp32":
             settings.update(self._faster_cpu_gemm(torch, left, right, size))
-        return Prepared(device_name=training.device_name(torch, device), framework_version=torch.__version__,
-                        # a product oneDNN is not asked about: told from the CPU and the ceiling
-                        settings=settings, warnings=training.cpu_bf16_warnings(config, onednn_unread()))
+        return Prepared(
+            device_name=training.device_name(torch, device),
+            framework_version=torch.__version__,
+            # a product oneDNN is not asked about: told from the CPU and the ceiling
+            settings=settings,
+            warnings=training.cpu_bf16_warnings(config, onednn_unread()),
+        )
 
     def _faster_cpu_gemm(self, torch, left, right, size: int) -> dict:
         """fp32 on a CPU: PyTorch's BLAS (MKL) or oneDNN, whichever multiplies faster here (MKL
@@ -144,8 +167,10 @@ class TorchResNet50(RunBackend):
         candidates = gemm.products(torch, left, right)
         library, seconds = gemm.fastest(candidates)
         self.product = candidates[library]
-        return {"gemm_library": library,
-                "gemm_probe_gflops": {name: round(2 * size**3 / s / 1e9, 1) for name, s in seconds.items()}}
+        return {
+            "gemm_library": library,
+            "gemm_probe_gflops": {name: round(2 * size**3 / s / 1e9, 1) for name, s in seconds.items()},
+        }
 
     def matmul(self) -> None:
         torch_product = self.product()  # CPU ops return when done; a GPU syncs

@@ -52,8 +52,7 @@ def image_folder(root: str, transform=None, channels: int = 3):
 def read_imagefolder(files: list[str]) -> list[tuple[str, int]]:
     """(sha256 of the stored image bytes, label) of every sample, in the order torchvision's
     ImageFolder (the training reader) gives them."""
-    return [(hashlib.sha256(Path(path).read_bytes()).hexdigest(), label)
-            for path, label in image_folder(files[0]).samples]
+    return [(hashlib.sha256(Path(path).read_bytes()).hexdigest(), label) for path, label in image_folder(files[0]).samples]
 
 
 class TorchDatasetRun(TorchRun):
@@ -76,8 +75,12 @@ class TorchDatasetRun(TorchRun):
         return self.dataset["image"]["channels"]
 
     def _recipe(self) -> dict[str, Any]:
-        return {"momentum": self.spec["momentum"], "nesterov": self.spec["nesterov"],
-                "weight_decay": self.spec["weight_decay"], "learning_rate": 0.0}
+        return {
+            "momentum": self.spec["momentum"],
+            "nesterov": self.spec["nesterov"],
+            "weight_decay": self.spec["weight_decay"],
+            "learning_rate": 0.0,
+        }
 
     def _synthetic(self):
         return None, None  # batches come from the dataset
@@ -88,9 +91,11 @@ class TorchDatasetRun(TorchRun):
         size = self.config.image_size
         stored = (self.dataset["image"]["height"], self.dataset["image"]["width"])
         if self.spec["augmentation"] == "imagenet":
-            steps = ([transforms.RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)),
-                      transforms.RandomHorizontalFlip()] if training
-                     else [transforms.Resize(int(size / EVAL_CROP_FRACTION)), transforms.CenterCrop(size)])
+            steps = (
+                [transforms.RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)), transforms.RandomHorizontalFlip()]
+                if training
+                else [transforms.Resize(int(size / EVAL_CROP_FRACTION)), transforms.CenterCrop(size)]
+            )
         else:
             steps = [] if stored == (size, size) else [transforms.Resize((size, size))]
         return transforms.Compose([*steps, transforms.PILToTensor()])  # uint8, normalised on the device
@@ -100,9 +105,14 @@ class TorchDatasetRun(TorchRun):
         [folder] = self.dataset["formats"][FORMAT][split]
         data = image_folder(f"{self.dataset['root']}/{folder}", self._transform(training), self.channels)
         return torch.utils.data.DataLoader(
-            data, batch_size=cfg.resolved_global_batch, shuffle=training, drop_last=training,
-            num_workers=LOADER_WORKERS, persistent_workers=True,
-            generator=torch.Generator().manual_seed(cfg.seed))
+            data,
+            batch_size=cfg.resolved_global_batch,
+            shuffle=training,
+            drop_last=training,
+            num_workers=LOADER_WORKERS,
+            persistent_workers=True,
+            generator=torch.Generator().manual_seed(cfg.seed),
+        )
 
     def _endless(self):
         while True:  # a new shuffled order every epoch
@@ -139,14 +149,22 @@ class TorchDatasetRun(TorchRun):
         return {"top1": top1 / seen, "top5": top5 / seen, "loss": loss / seen}
 
     def preprocessing(self) -> dict[str, Any]:
-        return describe_preprocessing(self.config, self.dataset, {
-            "train": "random resized crop (area 8-100%, aspect 3/4-4/3) + horizontal flip",
-            "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop"},
-            f"torchvision ImageFolder + DataLoader ({LOADER_WORKERS} worker processes)")
+        return describe_preprocessing(
+            self.config,
+            self.dataset,
+            {
+                "train": "random resized crop (area 8-100%, aspect 3/4-4/3) + horizontal flip",
+                "eval": f"resize shorter side to size/{EVAL_CROP_FRACTION}, central crop",
+            },
+            f"torchvision ImageFolder + DataLoader ({LOADER_WORKERS} worker processes)",
+        )
 
     def prepared(self) -> Prepared:
         prepared = super().prepared()
         prepared.data_placement = "host input pipeline (DataLoader)"
-        prepared.settings.update(preprocessing=self.preprocessing(), learning_rate="set every step by core's schedule",
-                                 label_smoothing=self.spec["label_smoothing"])
+        prepared.settings.update(
+            preprocessing=self.preprocessing(),
+            learning_rate="set every step by core's schedule",
+            label_smoothing=self.spec["label_smoothing"],
+        )
         return prepared

@@ -44,8 +44,10 @@ def device_problem(config: RunConfig) -> str | None:
     if config.resolved_precision == "fp16" and config.device == "cpu":
         return "fp16 autocast with a gradient scaler needs a GPU; this run is on the CPU (use bf16 or fp32)"
     if config.resolved_device_count > 1:
-        return (f"{config.resolved_device_count} devices in one process: PyTorch runs one process per device "
-                f"(DistributedDataParallel); use --workers {config.resolved_device_count} with one device each")
+        return (
+            f"{config.resolved_device_count} devices in one process: PyTorch runs one process per device "
+            f"(DistributedDataParallel); use --workers {config.resolved_device_count} with one device each"
+        )
     if config.device == "gpu" and not torch.cuda.is_available():
         return "no GPU visible to PyTorch (torch.cuda.is_available() is False)"
     return None
@@ -66,8 +68,11 @@ def resnet_small(torch, num_classes: int, channels: int = 3):
             self.bn1 = norm(channels)
             self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
             self.bn2 = norm(channels)
-            self.shortcut = (nn.Sequential(nn.Conv2d(in_channels, channels, 1, stride, bias=False), norm(channels))
-                             if stride != 1 or channels != in_channels else nn.Identity())
+            self.shortcut = (
+                nn.Sequential(nn.Conv2d(in_channels, channels, 1, stride, bias=False), norm(channels))
+                if stride != 1 or channels != in_channels
+                else nn.Identity()
+            )
 
         def forward(self, x):
             y = torch.relu(self.bn1(self.conv1(x)))
@@ -130,18 +135,22 @@ class TorchRun:
         self.device = self._device()
         if self.distributed:
             torch.distributed.init_process_group(
-                "nccl" if config.device == "gpu" else "gloo", rank=int(os.environ["RANK"]),
+                "nccl" if config.device == "gpu" else "gloo",
+                rank=int(os.environ["RANK"]),
                 world_size=int(os.environ["WORLD_SIZE"]),
-                init_method=os.environ.get("ACCELBENCH_TORCH_INIT_METHOD", "env://"))
+                init_method=os.environ.get("ACCELBENCH_TORCH_INIT_METHOD", "env://"),
+            )
         self.memory_format = {"channels_last": torch.channels_last, "contiguous": torch.contiguous_format}[
-            config.options.get("memory_format", "channels_last")]
+            config.options.get("memory_format", "channels_last")
+        ]
         model = build_model(torch, config, self.channels).to(self.device, memory_format=self.memory_format)
         self.flops_per_image = training_flops(forward_macs(torch, model, config.image_size, self.device, self.channels))
         self.parameters = sum(p.numel() for p in model.parameters())
         self.model = self.net = model
         if self.distributed:
             self.net = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[self.device.index] if config.device == "gpu" else None)
+                model, device_ids=[self.device.index] if config.device == "gpu" else None
+            )
         self.compiled = bool(config.options.get("compile", False))
         if self.compiled:
             self.net = torch.compile(self.net)
@@ -156,8 +165,12 @@ class TorchRun:
 
     def _recipe(self) -> dict:
         """momentum, nesterov, weight decay and the learning rate (train mode: core's recipe)."""
-        return {"momentum": MOMENTUM, "nesterov": bool(self.config.options.get("nesterov", False)),
-                "weight_decay": WEIGHT_DECAY, "learning_rate": BASE_LEARNING_RATE * self.config.resolved_global_batch / 256}
+        return {
+            "momentum": MOMENTUM,
+            "nesterov": bool(self.config.options.get("nesterov", False)),
+            "weight_decay": WEIGHT_DECAY,
+            "learning_rate": BASE_LEARNING_RATE * self.config.resolved_global_batch / 256,
+        }
 
     def _device(self):
         torch = self.torch
@@ -175,10 +188,13 @@ class TorchRun:
         recipe = self.recipe = self._recipe()
         decayed = [p for p in self.model.parameters() if p.ndim > 1]
         others = [p for p in self.model.parameters() if p.ndim <= 1]
-        return self.torch.optim.SGD([{"params": decayed, "weight_decay": recipe["weight_decay"]},
-                                     {"params": others, "weight_decay": 0.0}], lr=recipe["learning_rate"],
-                                    momentum=recipe["momentum"], nesterov=recipe["nesterov"],
-                                    fused=self._fused_sgd() or None)  # None: PyTorch's own choice
+        return self.torch.optim.SGD(
+            [{"params": decayed, "weight_decay": recipe["weight_decay"]}, {"params": others, "weight_decay": 0.0}],
+            lr=recipe["learning_rate"],
+            momentum=recipe["momentum"],
+            nesterov=recipe["nesterov"],
+            fused=self._fused_sgd() or None,
+        )  # None: PyTorch's own choice
 
     def _fused_sgd(self) -> bool:
         """SGD's fused kernel unless the user said otherwise: kept on the CPU, where it was measured
@@ -192,8 +208,7 @@ class TorchRun:
         torch, cfg = self.torch, self.config
         generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + int(os.environ.get("RANK", "0")))
         shape = (cfg.resolved_per_device_batch, 3, cfg.image_size, cfg.image_size)
-        images = torch.randn(shape, generator=generator, device=self.device).contiguous(
-            memory_format=self.memory_format)
+        images = torch.randn(shape, generator=generator, device=self.device).contiguous(memory_format=self.memory_format)
         labels = torch.randint(0, cfg.num_classes, (cfg.resolved_per_device_batch,), generator=generator, device=self.device)
         return images, labels
 
@@ -260,13 +275,15 @@ class TorchRun:
                 "parameters": self.parameters,
                 "optimizer": "SGD" + (" + GradScaler" if self.scaler else ""),
                 "sgd_implementation": _sgd_implementation(self.optimizer),
-                "learning_rate": self.optimizer.param_groups[0]["lr"], "momentum": self.optimizer.param_groups[0]["momentum"],
+                "learning_rate": self.optimizer.param_groups[0]["lr"],
+                "momentum": self.optimizer.param_groups[0]["momentum"],
                 "nesterov": self.optimizer.param_groups[0]["nesterov"],
                 "weight_decay": self.optimizer.param_groups[0]["weight_decay"],
                 "autocast_dtype": str(self.autocast_dtype).removeprefix("torch.") if self.autocast_dtype else None,
                 "variable_dtype": str(conv.weight.dtype).removeprefix("torch."),
-                "memory_format": "channels_last" if conv.weight.is_contiguous(
-                    memory_format=torch.channels_last) else "contiguous",
+                "memory_format": "channels_last"
+                if conv.weight.is_contiguous(memory_format=torch.channels_last)
+                else "contiguous",
                 "compile": self.compiled,
                 "ddp": self.distributed,
                 "process_group_backend": torch.distributed.get_backend() if self.distributed else None,
@@ -275,9 +292,9 @@ class TorchRun:
                 "inter_op_threads": torch.get_num_interop_threads(),
                 "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
                 **self._cuda_read_back(),
-                "conv_biases": any(m.bias is not None for m in self.model.modules()
-                                   if isinstance(m, torch.nn.Conv2d)),
-            })
+                "conv_biases": any(m.bias is not None for m in self.model.modules() if isinstance(m, torch.nn.Conv2d)),
+            },
+        )
 
     def _device_name(self) -> str:
         return device_name(self.torch, self.device)
@@ -289,9 +306,10 @@ class TorchRun:
             return DeviceMemory.on_host()
         cuda = self.torch.cuda
         allocated = cuda.max_memory_allocated(self.device)
-        return DeviceMemory(int(cuda.max_memory_reserved(self.device)),
-                            f"torch.cuda.max_memory_reserved (tensors at most {allocated} bytes of it: "
-                            f"max_memory_allocated)")
+        return DeviceMemory(
+            int(cuda.max_memory_reserved(self.device)),
+            f"torch.cuda.max_memory_reserved (tensors at most {allocated} bytes of it: max_memory_allocated)",
+        )
 
     def _cuda_read_back(self) -> dict:
         """On a GPU, what PyTorch will do with its convolutions and fp32 products, read from it:
@@ -300,9 +318,12 @@ class TorchRun:
         torch = self.torch
         if self.device.type != "cuda":
             return {}
-        return {"cudnn": str(torch.backends.cudnn.version()), "cudnn_benchmark": torch.backends.cudnn.benchmark,
-                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
-                "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+        return {
+            "cudnn": str(torch.backends.cudnn.version()),
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        }
 
     def _onednn_read_back(self) -> dict[str, str | None]:
         """oneDNN's instruction set and the kernel it picks for a small channels-last convolution at
@@ -314,8 +335,9 @@ class TorchRun:
         if self.device.type != "cpu" or not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
             return onednn_unread()
         # fixed tensors, no module: a layer's random initialisation would move the global RNG
-        images, weights = (torch.ones(shape).contiguous(memory_format=torch.channels_last)
-                           for shape in ((2, 32, 14, 14), (32, 32, 3, 3)))
+        images, weights = (
+            torch.ones(shape).contiguous(memory_format=torch.channels_last) for shape in ((2, 32, 14, 14), (32, 32, 3, 3))
+        )
         try:
             with c_stdout_captured() as log, torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
                 with torch.no_grad(), self._autocast():
@@ -323,7 +345,6 @@ class TorchRun:
         except AssertionError:  # how PyTorch says its oneDNN was built without the verbose switch
             return onednn_unread()
         return onednn_verbose_read_back(log.text)
-
 
 
 def cpu_bf16_warnings(config: RunConfig, onednn: dict[str, str | None]) -> list[str]:

@@ -25,20 +25,31 @@ DEFAULT_STEPS_PER_LOOP = {"tpu": 10, "gpu": 10, "cpu": 1}
 
 class OfficialTpuResNet50(TrainMode, TfBackend):
     info = BackendInfo(
-        name="resnet50", framework="tensorflow", requires=("tensorflow", "tf_keras"),
-        models=("resnet50", "resnet_small"), variants={"resnet50": ("v1.5",)},
-        precisions=("bf16", "fp32"), devices=("cpu", "gpu", "tpu"), batch_semantics="global",
-        default_batch={"cpu": 8, "gpu": 1024, "tpu": 1024}, version=VERSION,
+        name="resnet50",
+        framework="tensorflow",
+        requires=("tensorflow", "tf_keras"),
+        models=("resnet50", "resnet_small"),
+        variants={"resnet50": ("v1.5",)},
+        precisions=("bf16", "fp32"),
+        devices=("cpu", "gpu", "tpu"),
+        batch_semantics="global",
+        default_batch={"cpu": 8, "gpu": 1024, "tpu": 1024},
+        version=VERSION,
         description="official TPU ResNet-50 v1.5 method: bf16, steps per loop, TPUStrategy",
-        options={"steps_per_loop": Option("training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)",
-                                          kind="int", minimum=1),
-                 "tpu": Option("TPU name or address for TPUClusterResolver (default local)", kind="str"),
-                 "onednn": ONEDNN_OPTION},
-        data_format="tfrecord", environment=extra("tf"),
+        options={
+            "steps_per_loop": Option(
+                "training steps per host round-trip (default 10 on a TPU or GPU, 1 on a CPU)", kind="int", minimum=1
+            ),
+            "tpu": Option("TPU name or address for TPUClusterResolver (default local)", kind="str"),
+            "onednn": ONEDNN_OPTION,
+        },
+        data_format="tfrecord",
+        environment=extra("tf"),
         # glibc's malloc in transparent huge pages: 1.037x at batch 32 and 1.033x at 8 (bf16, 10
         # steps a loop, 3 alternating rounds each, every round above 1; 2-core Xeon with AMX,
         # README "Headroom levers")
-        huge_pages=True)
+        huge_pages=True,
+    )
     protocol = "official TPU ResNet-50 (iterations_per_loop)"
 
     def recipe(self, config: RunConfig) -> Recipe:

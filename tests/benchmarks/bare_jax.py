@@ -34,15 +34,16 @@ rng = numpy.random.default_rng(0)
 images = jnp.asarray(rng.standard_normal((args.batch, args.image_size, args.image_size, 3), dtype=numpy.float32))
 labels = jnp.asarray(rng.integers(0, 1000, args.batch, dtype=numpy.int32))
 variables = model.init(jax.random.PRNGKey(0), images[:1], train=False)
-tx = optax.chain(optax.add_decayed_weights(1e-4, mask=lambda p: jax.tree_util.tree_map(lambda w: w.ndim > 1, p)),
-                 optax.sgd(0.1 * args.batch / 256, momentum=0.9))
+tx = optax.chain(
+    optax.add_decayed_weights(1e-4, mask=lambda p: jax.tree_util.tree_map(lambda w: w.ndim > 1, p)),
+    optax.sgd(0.1 * args.batch / 256, momentum=0.9),
+)
 state = (variables["params"], variables["batch_stats"], tx.init(variables["params"]))
 
 
 def loss_and_grads(params, batch_stats, images, labels):
     def loss_of(params):
-        logits, updated = model.apply({"params": params, "batch_stats": batch_stats}, images, train=True,
-                                      mutable=["batch_stats"])
+        logits, updated = model.apply({"params": params, "batch_stats": batch_stats}, images, train=True, mutable=["batch_stats"])
         return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels).mean(), updated
 
     return jax.value_and_grad(loss_of, has_aux=True)(params)

@@ -35,6 +35,7 @@ from mxnet import autograd, gluon  # noqa: E402
 
 if args.precision == "bf16":
     from mxnet.contrib import amp
+
     amp.init(target_dtype="bfloat16")
 net = gluon.model_zoo.vision.resnet50_v1()
 for name, param in net.collect_params().items():

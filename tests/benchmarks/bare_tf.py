@@ -30,8 +30,7 @@ import tf_keras as keras  # noqa: E402
 tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())
 if args.precision == "bf16":
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
-model = keras.applications.ResNet50(weights=None, classifier_activation=None,
-                                    input_shape=(args.image_size, args.image_size, 3))
+model = keras.applications.ResNet50(weights=None, classifier_activation=None, input_shape=(args.image_size, args.image_size, 3))
 cfg = model.get_config()
 for layer in cfg["layers"]:
     c = layer["config"]

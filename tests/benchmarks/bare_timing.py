@@ -28,9 +28,17 @@ def time_steps(one_step, batch: int, warmup: int, timed: int) -> None:
     for _ in range(timed):
         one_step()
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"images": batch * timed, "wall_time_s": wall, "images_per_sec": batch * timed / wall,
-                      "system_s_per_step": (after.ru_stime - usage.ru_stime) / timed,
-                      "minor_faults_per_step": (after.ru_minflt - usage.ru_minflt) / timed}))
+    print(
+        json.dumps(
+            {
+                "images": batch * timed,
+                "wall_time_s": wall,
+                "images_per_sec": batch * timed / wall,
+                "system_s_per_step": (after.ru_stime - usage.ru_stime) / timed,
+                "minor_faults_per_step": (after.ru_minflt - usage.ru_minflt) / timed,
+            }
+        )
+    )
 
 
 def serve_blocks(one_step, batch: int) -> None:

@@ -30,10 +30,10 @@ torch.backends.cudnn.benchmark = device.type == "cuda"
 model = torchvision.models.resnet50(weights=None).to(device, memory_format=torch.channels_last)
 weights = [p for p in model.parameters() if p.ndim > 1]
 rest = [p for p in model.parameters() if p.ndim <= 1]
-opt = torch.optim.SGD([{"params": weights, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}],
-                      lr=0.1 * args.batch / 256, momentum=0.9)
-x = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device).contiguous(
-    memory_format=torch.channels_last)
+opt = torch.optim.SGD(
+    [{"params": weights, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}], lr=0.1 * args.batch / 256, momentum=0.9
+)
+x = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device).contiguous(memory_format=torch.channels_last)
 y = torch.randint(0, 1000, (args.batch,), device=device)
 
 

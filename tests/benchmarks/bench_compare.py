@@ -70,8 +70,25 @@ def run_cases(args) -> list[Path]:
         out = Path(args.keep) / f"{stamp}-decide-{name}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         budget = args.hog_time if hog else args.max_time
-        command = [sys.executable, "-m", "accelbench", "run", *plugins, "--precision", "fp32", "--global-batch",
-                   str(args.batch), *flags, "--until-halfwidth", "1%", "--max-time", budget, "--force", "-o", str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "accelbench",
+            "run",
+            *plugins,
+            "--precision",
+            "fp32",
+            "--global-batch",
+            str(args.batch),
+            *flags,
+            "--until-halfwidth",
+            "1%",
+            "--max-time",
+            budget,
+            "--force",
+            "-o",
+            str(out),
+        ]
         print(f"{name}: {' '.join(command[2:])}", flush=True)
         with one_core_hog() if hog else contextlib.nullcontext():
             done = subprocess.run(command, capture_output=True, text=True)
@@ -99,16 +116,20 @@ def summary_line(path: Path) -> str:
     decided_at, look_result = sequential_decision(records)
     final = compare.comparisons(compare.runs_of(records), TOLERANCE)[0]
     widths = {t: half_width_by(records, t) for t in CHECKPOINTS_S}
-    width_text = ", ".join(f"{w:.2%} at {t // 60} min" if w is not None else f"- at {t // 60} min"
-                           for t, w in widths.items())
-    decision = (f"{look_result.verdict} at ±{TOLERANCE:.0%} after {decided_at:.0f} s "
-                f"(ratio {look_result.ratio:.3f}, {look_result.confidence:.2%} CI "
-                f"{look_result.ci95[0]:.3f}–{look_result.ci95[1]:.3f})" if decided_at is not None
-                else f"not decided at ±{TOLERANCE:.0%} ({final.note or final.verdict})")
-    return (f"{path.name}: {schedule.kind}, {schedule.rounds} {unit(schedule)}, {schedule.elapsed_s or 0:.0f} s; "
-            f"{final.a} / {final.b} {final.ratio:.3f} ({final.confidence:.2%} CI {final.ci95[0]:.3f}–"
-            f"{final.ci95[1]:.3f}, {final.verdict}); {decision}; 95% half-width: {width_text}"
-            + (f"; {final.busy}" if final.busy else ""))
+    width_text = ", ".join(f"{w:.2%} at {t // 60} min" if w is not None else f"- at {t // 60} min" for t, w in widths.items())
+    decision = (
+        f"{look_result.verdict} at ±{TOLERANCE:.0%} after {decided_at:.0f} s "
+        f"(ratio {look_result.ratio:.3f}, {look_result.confidence:.2%} CI "
+        f"{look_result.ci95[0]:.3f}–{look_result.ci95[1]:.3f})"
+        if decided_at is not None
+        else f"not decided at ±{TOLERANCE:.0%} ({final.note or final.verdict})"
+    )
+    return (
+        f"{path.name}: {schedule.kind}, {schedule.rounds} {unit(schedule)}, {schedule.elapsed_s or 0:.0f} s; "
+        f"{final.a} / {final.b} {final.ratio:.3f} ({final.confidence:.2%} CI {final.ci95[0]:.3f}–"
+        f"{final.ci95[1]:.3f}, {final.verdict}); {decision}; 95% half-width: {width_text}"
+        + (f"; {final.busy}" if final.busy else "")
+    )
 
 
 def unit(schedule) -> str:
@@ -122,6 +143,7 @@ def first_units(records, count: int):
 
 def unit_end_s(records, index: int) -> float:
     """Seconds from the run's first trial to the end of round (or pair) ``index``."""
+
     def seconds(text):
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 

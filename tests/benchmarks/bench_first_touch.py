@@ -34,7 +34,7 @@ def touch_pass(size: int, chunk: int) -> tuple[list[float], int]:
     per_page_us = []
     for start in range(0, size, chunk):
         began = time.perf_counter()
-        pages[start:start + chunk:PAGE] = 1
+        pages[start : start + chunk : PAGE] = 1
         per_page_us.append((time.perf_counter() - began) / (min(chunk, size - start) / PAGE) * 1e6)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
     del pages
@@ -59,9 +59,12 @@ def main(argv: list[str] | None = None) -> None:
         per_page_us, faults = touch_pass(size, chunk)
         fastest = min(per_page_us)
         slow = sum(us > 2 * fastest for us in per_page_us)
-        print(f"pass {number}: {' '.join(f'{us:.1f}' for us in per_page_us)} us/page; "
-              f"{faults} faults for {size // PAGE} pages; {slow} of {len(per_page_us)} chunks over twice "
-              f"the fastest ({fastest:.1f} us)", flush=True)
+        print(
+            f"pass {number}: {' '.join(f'{us:.1f}' for us in per_page_us)} us/page; "
+            f"{faults} faults for {size // PAGE} pages; {slow} of {len(per_page_us)} chunks over twice "
+            f"the fastest ({fastest:.1f} us)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -46,9 +46,13 @@ BASELINE_ENV = {"mxnet": MXNET_AS_SHIPPED, "mxnet-bf16": MXNET_AS_SHIPPED}
 TORCH_AS_SHIPPED = ["--option", "fused_sgd=false"]
 #: TensorFlow's own oneDNN choice (the TF plugins turn its oneDNN ops on on a CPU where TF 2.21 leaves them off)
 TF_AS_SHIPPED = ["--option", "onednn=false"]
-BASELINE_ARGS = {"torch": TORCH_AS_SHIPPED, "torch-bf16": TORCH_AS_SHIPPED,
-                 "tf": TF_AS_SHIPPED, "tf-bf16": TF_AS_SHIPPED, "tpu": TF_AS_SHIPPED}
-
+BASELINE_ARGS = {
+    "torch": TORCH_AS_SHIPPED,
+    "torch-bf16": TORCH_AS_SHIPPED,
+    "tf": TF_AS_SHIPPED,
+    "tf-bf16": TF_AS_SHIPPED,
+    "tpu": TF_AS_SHIPPED,
+}
 
 
 def intel_openmp() -> str | None:
@@ -73,8 +77,11 @@ LEVERS = {
     "omp-bind": ([], {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}, ("mxnet", *TORCH)),
     # Intel's OpenMP runtime preloaded in place of GNU's (it serves libgomp's calls), with the
     # placement and block time PyTorch's own launcher gives it (python -m torch.backends.xeon.run_cpu)
-    "iomp": ([], {"LD_PRELOAD": IOMP or "", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1"},
-             ("mxnet", *TORCH)),
+    "iomp": (
+        [],
+        {"LD_PRELOAD": IOMP or "", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1"},
+        ("mxnet", *TORCH),
+    ),
     # the allocator maps its memory in transparent huge pages (where the kernel's THP mode is "madvise",
     # only memory so marked gets them): a 2 MiB page is one fault and one TLB entry, not 512
     "thp": (["--huge-pages", "on"], {}, ("tf", "tpu", "mxnet", "mxnet-bf16", *TORCH, "jax")),
@@ -123,17 +130,26 @@ def measure(plugin, levers, batch, warmup, timed, rounds, keep=None, baseline_al
     runners = {"baseline": lambda: run_accelbench(base, batch, warmup, timed, env=base_env, keep=keep)}
     for lever in levers:
         args, env, _ = LEVERS[lever]
-        runners[lever] = lambda args=args, env=env: run_accelbench(base + args, batch, warmup, timed,
-                                                                   env={**base_env, **env}, keep=keep)
+        runners[lever] = lambda args=args, env=env: run_accelbench(
+            base + args, batch, warmup, timed, env={**base_env, **env}, keep=keep
+        )
     rate, per_round = alternate(plugin, runners, rounds)
     baseline_rounds = [r["baseline"] for r in per_round]
     results = []
     for lever in levers:
         lever_rounds = [r[lever] for r in per_round]
         estimate = paired(per_round, lever, "baseline")
-        results.append({"plugin": plugin, "lever": lever, "baseline": rate["baseline"], "with_lever": rate[lever],
-                         "ratio": estimate.ratio, "ci95": estimate.ci95,
-                         "round_ratios": [a / b for a, b in zip(lever_rounds, baseline_rounds)]})
+        results.append(
+            {
+                "plugin": plugin,
+                "lever": lever,
+                "baseline": rate["baseline"],
+                "with_lever": rate[lever],
+                "ratio": estimate.ratio,
+                "ci95": estimate.ci95,
+                "round_ratios": [a / b for a, b in zip(lever_rounds, baseline_rounds)],
+            }
+        )
     return results
 
 
@@ -145,28 +161,51 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--timed", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help=">= 3 for an interval")
-    parser.add_argument("--baseline-allocator", choices=("system", "jemalloc", "tcmalloc"), default="system",
-                        help="the baseline's malloc (default the C library's; always without huge pages)")
-    parser.add_argument("--keep-records", type=Path, help="a folder to keep every run's results file in (its "
-                        "per-step times, kernel CPU time and page faults: what made a slow round slow)")
+    parser.add_argument(
+        "--baseline-allocator",
+        choices=("system", "jemalloc", "tcmalloc"),
+        default="system",
+        help="the baseline's malloc (default the C library's; always without huge pages)",
+    )
+    parser.add_argument(
+        "--keep-records",
+        type=Path,
+        help="a folder to keep every run's results file in (its "
+        "per-step times, kernel CPU time and page faults: what made a slow round slow)",
+    )
     options = parser.parse_args()
     if "iomp" in (options.lever or []) and not IOMP:
         parser.error("--lever iomp: Intel's OpenMP runtime (libiomp5.so) is not installed: pip install intel-openmp")
     print(machine_header(), flush=True)
     results = []
     for plugin in options.plugin or PLUGINS:
-        levers = ([lever for lever in options.lever if plugin in LEVERS[lever][2]] if options.lever
-                  else default_levers(plugin, options.baseline_allocator))
+        levers = (
+            [lever for lever in options.lever if plugin in LEVERS[lever][2]]
+            if options.lever
+            else default_levers(plugin, options.baseline_allocator)
+        )
         if levers:
-            results += measure(plugin, levers, options.batch, options.warmup, options.timed, options.rounds,
-                               options.keep_records, options.baseline_allocator)
-    print(f"\n{machine_header()}\nbatch {options.batch}, {options.timed} timed steps, {options.rounds} rounds, "
-          f"baseline: {options.baseline_allocator} malloc without huge pages")
+            results += measure(
+                plugin,
+                levers,
+                options.batch,
+                options.warmup,
+                options.timed,
+                options.rounds,
+                options.keep_records,
+                options.baseline_allocator,
+            )
+    print(
+        f"\n{machine_header()}\nbatch {options.batch}, {options.timed} timed steps, {options.rounds} rounds, "
+        f"baseline: {options.baseline_allocator} malloc without huge pages"
+    )
     print(f"{'plugin':<11}{'lever':<17}{'baseline':>9}{'lever':>8}{'ratio':>7}  {'95% CI':<13} per round")
     for r in results:
         rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
-        print(f"{r['plugin']:<11}{r['lever']:<17}{r['baseline']:>9.2f}{r['with_lever']:>8.2f}{r['ratio']:>7.3f}  "
-              f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}  {rounds}")
+        print(
+            f"{r['plugin']:<11}{r['lever']:<17}{r['baseline']:>9.2f}{r['with_lever']:>8.2f}{r['ratio']:>7.3f}  "
+            f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}  {rounds}"
+        )
 
 
 if __name__ == "__main__":

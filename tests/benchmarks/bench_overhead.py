@@ -30,21 +30,48 @@ MIN_RATIO = 0.98
 # name: (accelbench arguments, bare-loop command, reference img/s on the 2-core Zen 4 machine (None:
 # no published figure; the bare loop is the reference), what)
 CASES = {
-    "tf-fp32": (["--plugin", "tf_benchmarks", "--precision", "fp32"],
-                ["bare_tf.py", "--precision", "fp32"], 7.4, "tf_cnn_benchmarks"),
-    "tf-bf16": (["--plugin", "tf_benchmarks", "--precision", "bf16"],
-                ["bare_tf.py", "--precision", "bf16"], 11.5, "TF Model Garden bf16"),
-    "mxnet-fp32": (["--plugin", "mxnet_ngc", "--precision", "fp32"],
-                   ["bare_mxnet.py", "--precision", "fp32"], 7.3, "MXNet train_imagenet"),
-    "mxnet-bf16": (["--plugin", "mxnet_ngc", "--precision", "bf16"],
-                   ["bare_mxnet.py", "--precision", "bf16"], 11.4, "bare Gluon bf16"),
-    "torch-fp32": (["--plugin", "torch_ref", "--precision", "fp32"],
-                   ["bare_torch.py", "--precision", "fp32"], None, "bare PyTorch loop"),
-    "torch-bf16": (["--plugin", "torch_ref", "--precision", "bf16"],
-                   ["bare_torch.py", "--precision", "bf16"], None, "bare PyTorch loop bf16"),
-    "tpu-bf16": (["--plugin", "tpu_official", "--option", "steps_per_loop=10"],
-                 ["bare_tf.py", "--precision", "bf16", "--variant", "v1.5", "--steps-per-loop", "10",
-                  "--weight-decay", "1e-4"], 11.5, "TF Model Garden v1.5 bf16"),
+    "tf-fp32": (
+        ["--plugin", "tf_benchmarks", "--precision", "fp32"],
+        ["bare_tf.py", "--precision", "fp32"],
+        7.4,
+        "tf_cnn_benchmarks",
+    ),
+    "tf-bf16": (
+        ["--plugin", "tf_benchmarks", "--precision", "bf16"],
+        ["bare_tf.py", "--precision", "bf16"],
+        11.5,
+        "TF Model Garden bf16",
+    ),
+    "mxnet-fp32": (
+        ["--plugin", "mxnet_ngc", "--precision", "fp32"],
+        ["bare_mxnet.py", "--precision", "fp32"],
+        7.3,
+        "MXNet train_imagenet",
+    ),
+    "mxnet-bf16": (
+        ["--plugin", "mxnet_ngc", "--precision", "bf16"],
+        ["bare_mxnet.py", "--precision", "bf16"],
+        11.4,
+        "bare Gluon bf16",
+    ),
+    "torch-fp32": (
+        ["--plugin", "torch_ref", "--precision", "fp32"],
+        ["bare_torch.py", "--precision", "fp32"],
+        None,
+        "bare PyTorch loop",
+    ),
+    "torch-bf16": (
+        ["--plugin", "torch_ref", "--precision", "bf16"],
+        ["bare_torch.py", "--precision", "bf16"],
+        None,
+        "bare PyTorch loop bf16",
+    ),
+    "tpu-bf16": (
+        ["--plugin", "tpu_official", "--option", "steps_per_loop=10"],
+        ["bare_tf.py", "--precision", "bf16", "--variant", "v1.5", "--steps-per-loop", "10", "--weight-decay", "1e-4"],
+        11.5,
+        "TF Model Garden v1.5 bf16",
+    ),
 }
 
 
@@ -61,9 +88,27 @@ def run_accelbench(args, batch, warmup, timed, seen=None, env=None, keep=None):
     by its record's time."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        subprocess.run([sys.executable, "-m", "accelbench", "run", *args, "--global-batch", str(batch),
-                        "--warmup-steps", str(warmup), "--timed-steps", str(timed), "-o", str(out)],
-                       check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "accelbench",
+                "run",
+                *args,
+                "--global-batch",
+                str(batch),
+                "--warmup-steps",
+                str(warmup),
+                "--timed-steps",
+                str(timed),
+                "-o",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
         [record] = read_results(out)
         if keep is not None:
             shutil.copy(out, kept(keep, f"{record.timestamp_utc.replace(':', '')}.json"))
@@ -85,8 +130,7 @@ def learn(record: Record, seen):
     seen["label"] = " ".join(filter(None, (f"`{record.plugin.name}`", record.model.variant, record.precision)))
 
 
-def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None, env=None,
-             huge_pages="off"):
+def run_bare(command, batch, warmup, timed, allocator="system", python=sys.executable, keep=None, env=None, huge_pages="off"):
     """The bare loop, with the same malloc preloaded (and in huge pages or not) as ``accelbench run
     --allocator --huge-pages`` gives a worker; ``python``: the interpreter (a plugin's own environment
     for a framework the host lacks);
@@ -95,10 +139,13 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
     from accelbench import allocators
 
     script, *rest = command
-    out = subprocess.run([python, str(HERE / script), *rest, "--batch", str(batch),
-                          "--warmup", str(warmup), "--timed", str(timed)],
-                         check=True, capture_output=True, text=True,
-                         env={**os.environ, **allocators.worker_environment(allocator, huge_pages), **(env or {})})
+    out = subprocess.run(
+        [python, str(HERE / script), *rest, "--batch", str(batch), "--warmup", str(warmup), "--timed", str(timed)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **allocators.worker_environment(allocator, huge_pages), **(env or {})},
+    )
     line = out.stdout.strip().splitlines()[-1]
     result = json.loads(line)
     if keep is not None:
@@ -176,17 +223,30 @@ def measure(name, batch, warmup, timed, rounds, zoo_baseline=False, allocator="s
     args, bare, reference, what = CASES[name]
     seen = {}
     # both sides with the same malloc, without huge pages: the harness's cost, not an allocator's, is measured here
-    runners = {"accelbench": lambda: run_accelbench([*args, "--allocator", allocator, "--huge-pages", "off"],
-                                                    batch, warmup, timed, seen),
-               "bare": lambda: run_bare(bare, batch, warmup, timed, allocator)}
+    runners = {
+        "accelbench": lambda: run_accelbench(
+            [*args, "--allocator", allocator, "--huge-pages", "off"], batch, warmup, timed, seen
+        ),
+        "bare": lambda: run_bare(bare, batch, warmup, timed, allocator),
+    }
     if zoo_baseline:  # the bare loop over the model zoo's network, conv biases trained
         runners["zoo"] = lambda: run_bare(bare + ["--conv-biases"], batch, warmup, timed, allocator)
     rate, _ = alternate(name, runners, rounds)
     ours, theirs = rate["accelbench"], rate["bare"]
-    return {"case": name, "accelbench_images_per_sec": ours, "bare_images_per_sec": theirs,
-            "ratio": ours / theirs, "gflops_per_s": ours * seen["flops_per_image"] / 1e9,
-            "reference_images_per_sec": reference, "zoo_images_per_sec": rate.get("zoo"), "reference": what,
-            "batch": batch, "timed_steps": timed, "rounds": rounds, "allocator": seen["settings"].get("allocator")}
+    return {
+        "case": name,
+        "accelbench_images_per_sec": ours,
+        "bare_images_per_sec": theirs,
+        "ratio": ours / theirs,
+        "gflops_per_s": ours * seen["flops_per_image"] / 1e9,
+        "reference_images_per_sec": reference,
+        "zoo_images_per_sec": rate.get("zoo"),
+        "reference": what,
+        "batch": batch,
+        "timed_steps": timed,
+        "rounds": rounds,
+        "allocator": seen["settings"].get("allocator"),
+    }
 
 
 def main():
@@ -196,21 +256,29 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--timed", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--zoo-baseline", action="store_true",
-                        help="also time the bare loop over the model zoo's network with its conv biases trained")
-    parser.add_argument("--allocator", default="system",
-                        help="malloc of both sides: system (default), jemalloc, tcmalloc or a library's path")
+    parser.add_argument(
+        "--zoo-baseline",
+        action="store_true",
+        help="also time the bare loop over the model zoo's network with its conv biases trained",
+    )
+    parser.add_argument(
+        "--allocator", default="system", help="malloc of both sides: system (default), jemalloc, tcmalloc or a library's path"
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    results = [measure(name, args.batch, args.warmup, args.timed, args.rounds, args.zoo_baseline, args.allocator)
-               for name in args.case or CASES]
+    results = [
+        measure(name, args.batch, args.warmup, args.timed, args.rounds, args.zoo_baseline, args.allocator)
+        for name in args.case or CASES
+    ]
     print(f"\nallocator of both sides: {results[0]['allocator']}")
     print(f"\n{'case':<12}{'accelbench':>12}{'bare loop':>12}{'ratio':>8}{'GFLOP/s':>10}{'zoo loop':>10}   reference")
     for r in results:
         zoo = f"{r['zoo_images_per_sec']:.2f}" if r["zoo_images_per_sec"] else "-"
-        print(f"{r['case']:<12}{r['accelbench_images_per_sec']:>12.2f}{r['bare_images_per_sec']:>12.2f}"
-              f"{r['ratio']:>8.3f}{r['gflops_per_s']:>10.1f}{zoo:>10}   "
-              f"{r['reference_images_per_sec'] or '-'} ({r['reference']})")
+        print(
+            f"{r['case']:<12}{r['accelbench_images_per_sec']:>12.2f}{r['bare_images_per_sec']:>12.2f}"
+            f"{r['ratio']:>8.3f}{r['gflops_per_s']:>10.1f}{zoo:>10}   "
+            f"{r['reference_images_per_sec'] or '-'} ({r['reference']})"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     exit_if_below(results, f"harness ratio below {MIN_RATIO}")

@@ -102,22 +102,42 @@ UNPRINTED_STEPS = {"tf_cnn": 0, "mxnet_script": 1, "garden": 0}
 
 # name: (accelbench arguments, reference kind, reference arguments)
 CASES = {
-    "tfcnn-v1-fp32": (["--plugin", "tf_benchmarks", "--variant", "v1", "--precision", "fp32"],
-                      "tf_cnn", ["--model=resnet50"]),
-    "tfcnn-v15-fp32": (["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
-                       "tf_cnn", ["--model=resnet50_v1.5"]),
-    "mxscript-v1-fp32": (["--plugin", "mxnet_ngc", "--variant", "v1", "--precision", "fp32"],
-                         "mxnet_script", ["--network", "resnet-v1", "--num-layers", "50"]),
-    "tf-fp32": (["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
-                "garden", ["--dtype", "fp32", "--steps_per_loop", "1"]),
-    "tf-bf16": (["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "bf16"],
-                "garden", ["--dtype", "bf16", "--steps_per_loop", "1"]),
-    "tpu-bf16": (["--plugin", "tpu_official", "--option", "steps_per_loop=10"],
-                 "garden", ["--dtype", "bf16", "--steps_per_loop", "10"]),
-    "mxnet-fp32": (["--plugin", "mxnet_ngc", "--precision", "fp32"],
-                   "bare", ["bare_mxnet.py", "--precision", "fp32", "--conv-biases"]),
-    "mxnet-bf16": (["--plugin", "mxnet_ngc", "--precision", "bf16"],
-                   "bare", ["bare_mxnet.py", "--precision", "bf16", "--conv-biases"]),
+    "tfcnn-v1-fp32": (["--plugin", "tf_benchmarks", "--variant", "v1", "--precision", "fp32"], "tf_cnn", ["--model=resnet50"]),
+    "tfcnn-v15-fp32": (
+        ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
+        "tf_cnn",
+        ["--model=resnet50_v1.5"],
+    ),
+    "mxscript-v1-fp32": (
+        ["--plugin", "mxnet_ngc", "--variant", "v1", "--precision", "fp32"],
+        "mxnet_script",
+        ["--network", "resnet-v1", "--num-layers", "50"],
+    ),
+    "tf-fp32": (
+        ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],
+        "garden",
+        ["--dtype", "fp32", "--steps_per_loop", "1"],
+    ),
+    "tf-bf16": (
+        ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "bf16"],
+        "garden",
+        ["--dtype", "bf16", "--steps_per_loop", "1"],
+    ),
+    "tpu-bf16": (
+        ["--plugin", "tpu_official", "--option", "steps_per_loop=10"],
+        "garden",
+        ["--dtype", "bf16", "--steps_per_loop", "10"],
+    ),
+    "mxnet-fp32": (
+        ["--plugin", "mxnet_ngc", "--precision", "fp32"],
+        "bare",
+        ["bare_mxnet.py", "--precision", "fp32", "--conv-biases"],
+    ),
+    "mxnet-bf16": (
+        ["--plugin", "mxnet_ngc", "--precision", "bf16"],
+        "bare",
+        ["bare_mxnet.py", "--precision", "bf16", "--conv-biases"],
+    ),
     "torch-fp32": (["--plugin", "torch_ref", "--precision", "fp32"], "bare", ["bare_torch.py", "--precision", "fp32"]),
     "torch-bf16": (["--plugin", "torch_ref", "--precision", "bf16"], "bare", ["bare_torch.py", "--precision", "bf16"]),
     "jax-bf16": (["--plugin", "jax_flax", "--precision", "bf16"], "bare", ["bare_jax.py", "--precision", "bf16"]),
@@ -128,16 +148,29 @@ CASES = {
 LOOP_STEPS = {"tpu-bf16": 10}
 #: the bare loops that run on a GPU too (``--device gpu``); the shipped references run on the CPU here
 DEVICE_LOOPS = {"bare_torch.py", "bare_jax.py"}
-WHAT = {"tf_cnn": "tf_cnn_benchmarks", "mxnet_script": "MXNet train_imagenet.py", "garden": "TF Model Garden",
-        "bare": "bare loop"}
+WHAT = {
+    "tf_cnn": "tf_cnn_benchmarks",
+    "mxnet_script": "MXNet train_imagenet.py",
+    "garden": "TF Model Garden",
+    "bare": "bare loop",
+}
 
 
 def tf_cnn_command(references, args, batch, warmup, timed):
     """tf_cnn_benchmarks' script and arguments as its README in ../shared/references runs it (with
     TF_USE_LEGACY_KERAS=1 in its environment)."""
-    return [str(references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"), "--device=cpu",
-            "--data_format=NHWC", f"--batch_size={batch}", f"--num_batches={timed}", f"--num_warmup_batches={warmup}",
-            "--optimizer=momentum", "--variable_update=parameter_server", "--local_parameter_device=cpu", *args]
+    return [
+        str(references / "tf_cnn_benchmarks" / "tf_cnn_benchmarks.py"),
+        "--device=cpu",
+        "--data_format=NHWC",
+        f"--batch_size={batch}",
+        f"--num_batches={timed}",
+        f"--num_warmup_batches={warmup}",
+        "--optimizer=momentum",
+        "--variable_update=parameter_server",
+        "--local_parameter_device=cpu",
+        *args,
+    ]
 
 
 def run_tf_cnn(references, args, batch, warmup, timed, env=None):
@@ -145,7 +178,10 @@ def run_tf_cnn(references, args, batch, warmup, timed, env=None):
     images/sec."""
     out = subprocess.run(
         [sys.executable, *tf_cnn_command(references, args, batch, warmup, timed)],
-        capture_output=True, text=True, env=dict(os.environ, TF_USE_LEGACY_KERAS="1", **(env or {})))
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_USE_LEGACY_KERAS="1", **(env or {})),
+    )
     found = TF_CNN_RATE.findall(out.stdout)
     if out.returncode or not found:
         raise SystemExit(f"tf_cnn_benchmarks failed:\n{(out.stdout + out.stderr)[-2000:]}")
@@ -161,18 +197,38 @@ def run_mxnet_script(references, args, batch, warmup, timed, env=None):
         raise SystemExit("--timed must be a multiple of --warmup (one Speedometer window per warm-up)")
     with tempfile.TemporaryDirectory() as shim:
         # + 1 batch: the Speedometer starts its clock at the end of batch 0
-        out = subprocess.run(mxnet_script_command(args, batch, warmup + timed + 1, disp_batches=warmup),
-                             capture_output=True, text=True, cwd=references / "mxnet_image_classification",
-                             env={**os.environ, **mxnet_script_environment(references, shim), **(env or {})})
+        out = subprocess.run(
+            mxnet_script_command(args, batch, warmup + timed + 1, disp_batches=warmup),
+            capture_output=True,
+            text=True,
+            cwd=references / "mxnet_image_classification",
+            env={**os.environ, **mxnet_script_environment(references, shim), **(env or {})},
+        )
     return speedometer_figure(out.returncode, out.stderr, batch, warmup, timed)
 
 
 def mxnet_script_command(args, batch, batches, disp_batches):
     """train_imagenet.py --benchmark 1 (synthetic data) for ``batches`` batches, a Speedometer line
     every ``disp_batches``; run from its folder."""
-    return [sys.executable, "train_imagenet.py", "--benchmark", "1", *args, "--batch-size", str(batch),
-            "--image-shape", "3,224,224", "--num-epochs", "1", "--num-examples", str(batches * batch),
-            "--disp-batches", str(disp_batches), "--kv-store", "local"]
+    return [
+        sys.executable,
+        "train_imagenet.py",
+        "--benchmark",
+        "1",
+        *args,
+        "--batch-size",
+        str(batch),
+        "--image-shape",
+        "3,224,224",
+        "--num-epochs",
+        "1",
+        "--num-examples",
+        str(batches * batch),
+        "--disp-batches",
+        str(disp_batches),
+        "--kv-store",
+        "local",
+    ]
 
 
 def mxnet_script_environment(references, folder):
@@ -186,8 +242,9 @@ def speedometer_figure(returncode, log, batch, warmup, timed):
     rates = [float(r) for r in SPEEDOMETER.findall(log)]
     windows = rates[1:]  # the first window is the warm-up
     if returncode or len(windows) != timed // warmup:
-        raise SystemExit(f"train_imagenet.py logged {len(rates)} Speedometer windows, expected "
-                         f"{timed // warmup + 1}:\n{log[-2000:]}")
+        raise SystemExit(
+            f"train_imagenet.py logged {len(rates)} Speedometer windows, expected {timed // warmup + 1}:\n{log[-2000:]}"
+        )
     images_per_window = warmup * batch
     return images_per_window * len(windows), sum(images_per_window / rate for rate in windows)
 
@@ -195,8 +252,13 @@ def speedometer_figure(returncode, log, batch, warmup, timed):
 def run_garden(python, args, batch, warmup, timed, env=None):
     """Model Garden's own training loop; returns (images, seconds) of the steps after the warm-up."""
     with tempfile.TemporaryDirectory() as model_dir:
-        out = subprocess.run(garden_command(python, args, batch, warmup + timed, warmup, model_dir),
-                             capture_output=True, text=True, cwd=model_dir, env={**os.environ, **(env or {})})
+        out = subprocess.run(
+            garden_command(python, args, batch, warmup + timed, warmup, model_dir),
+            capture_output=True,
+            text=True,
+            cwd=model_dir,
+            env={**os.environ, **(env or {})},
+        )
     if out.returncode:
         raise SystemExit(f"Model Garden failed:\n{out.stderr[-2000:]}")
     intervals = [(float(s), int(a), int(b)) for s, a, b in TIME_HISTORY.findall(out.stderr)]
@@ -209,9 +271,21 @@ def run_garden(python, args, batch, warmup, timed, env=None):
 def garden_command(python, args, batch, train_steps, log_steps, model_dir):
     """Model Garden's ResNet-50 training loop on synthetic data, a TimeHistory line every
     ``log_steps``; run in ``model_dir``."""
-    return [python, "-m", GARDEN_MAIN, "--use_synthetic_data", "--skip_eval", "--distribution_strategy=off",
-            "--num_gpus=0", "--noenable_checkpoint_and_export", f"--model_dir={model_dir}",
-            f"--batch_size={batch}", f"--train_steps={train_steps}", f"--log_steps={log_steps}", *args]
+    return [
+        python,
+        "-m",
+        GARDEN_MAIN,
+        "--use_synthetic_data",
+        "--skip_eval",
+        "--distribution_strategy=off",
+        "--num_gpus=0",
+        "--noenable_checkpoint_and_export",
+        f"--model_dir={model_dir}",
+        f"--batch_size={batch}",
+        f"--train_steps={train_steps}",
+        f"--log_steps={log_steps}",
+        *args,
+    ]
 
 
 def shipped_side(kind, reference, batch, options, seen, warmup, loop=1):
@@ -224,8 +298,7 @@ def shipped_side(kind, reference, batch, options, seen, warmup, loop=1):
     env = shipped_environment(options, seen)
     cwd = scratch.name
     if kind == "tf_cnn":
-        command = [sys.executable, *tf_cnn_command(options.references, reference, batch, 0, LOCKSTEP_STEPS),
-                   "--display_every=1"]
+        command = [sys.executable, *tf_cnn_command(options.references, reference, batch, 0, LOCKSTEP_STEPS), "--display_every=1"]
         env["TF_USE_LEGACY_KERAS"] = "1"
     elif kind == "mxnet_script":
         command = mxnet_script_command(reference, batch, LOCKSTEP_STEPS, disp_batches=1)
@@ -234,8 +307,7 @@ def shipped_side(kind, reference, batch, options, seen, warmup, loop=1):
     else:
         command = garden_command(options.garden_python, reference, batch, LOCKSTEP_STEPS, 1, scratch.name)
     lines = max(1, -(-(warmup - UNPRINTED_STEPS[kind]) // loop))
-    return lockstep.ShippedSide(command, STEP_LINES[kind], batch, lines, cwd=cwd, env=env, scratch=scratch,
-                                steps_per_line=loop)
+    return lockstep.ShippedSide(command, STEP_LINES[kind], batch, lines, cwd=cwd, env=env, scratch=scratch, steps_per_line=loop)
 
 
 def lockstep_reference(kind, reference, batch, options, warmup, loop=1):
@@ -272,22 +344,29 @@ def measure(name, batch, options):
     warmup, timed = whole_loops(name, options.warmup, options.timed)
     seen = {}
     shipped_env = lambda: shipped_environment(options, seen)  # noqa: E731
-    runners = {"tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed, shipped_env()),
-               "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed,
-                                                        shipped_env()),
-               "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed, shipped_env()),
-               # a bare loop is ours, not a shipped program: the plugin's interpreter, malloc (huge
-               # pages too) and oneDNN ceiling
-               "bare": lambda: run_bare(reference, batch, warmup, timed, python=seen["python"],
-                                        keep=options.keep_records, env=bare_environment(seen))}
+    runners = {
+        "tf_cnn": lambda: run_tf_cnn(options.references, reference, batch, warmup, timed, shipped_env()),
+        "mxnet_script": lambda: run_mxnet_script(options.references, reference, batch, warmup, timed, shipped_env()),
+        "garden": lambda: run_garden(options.garden_python, reference, batch, warmup, timed, shipped_env()),
+        # a bare loop is ours, not a shipped program: the plugin's interpreter, malloc (huge
+        # pages too) and oneDNN ceiling
+        "bare": lambda: run_bare(
+            reference, batch, warmup, timed, python=seen["python"], keep=options.keep_records, env=bare_environment(seen)
+        ),
+    }
     started = time.strftime("%H:%M", time.gmtime())
     looks = Looks(options.rounds, options.max_rounds)
-    rate, per_round = alternate(f"{name} batch {batch}", {
-        "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
-        "reference": runners[kind]}, options.rounds, burn_in=options.burn_in,
-        go_on=lambda rounds: looks.go_on(f"{name} batch {batch}", rounds))
-    return summary(name, batch, seen, rate, per_round, looks, started, steps=f"{warmup} + {timed}",
-                   what=WHAT[kind])
+    rate, per_round = alternate(
+        f"{name} batch {batch}",
+        {
+            "accelbench": lambda: run_accelbench(args, batch, warmup, timed, seen, keep=options.keep_records),
+            "reference": runners[kind],
+        },
+        options.rounds,
+        burn_in=options.burn_in,
+        go_on=lambda rounds: looks.go_on(f"{name} batch {batch}", rounds),
+    )
+    return summary(name, batch, seen, rate, per_round, looks, started, steps=f"{warmup} + {timed}", what=WHAT[kind])
 
 
 def measure_lockstep(name, batch, options):
@@ -302,23 +381,25 @@ def measure_lockstep(name, batch, options):
     reference_side = lockstep_reference(kind, reference, batch, options, warmup, LOOP_STEPS.get(name, 1))
 
     def open_pair(reference_first=False):
-        return lockstep.sides(args, reference_side, batch, warmup, seen, options.keep_records,
-                              reference_first=reference_first)
+        return lockstep.sides(args, reference_side, batch, warmup, seen, options.keep_records, reference_first=reference_first)
 
     if options.pairs > 1:
         looks = Looks(options.pairs, options.max_pairs, unit="pair")
-        rate, units = lockstep.in_pairs(label, open_pair, steps, options.rounds, options.pairs,
-                                        go_on=lambda units: looks.go_on(label, units))
+        rate, units = lockstep.in_pairs(
+            label, open_pair, steps, options.rounds, options.pairs, go_on=lambda units: looks.go_on(label, units)
+        )
         block = f"{warmup} + {steps} a block, {options.rounds} rounds a pair"
     else:
         looks = Looks(options.rounds, options.max_rounds)
         with open_pair() as (plugin, theirs):
-            rate, units = alternate(label, {"accelbench": lambda: plugin.block(steps),
-                                            "reference": lambda: theirs.block(steps)},
-                                    options.rounds, go_on=lambda rounds: looks.go_on(label, rounds))
+            rate, units = alternate(
+                label,
+                {"accelbench": lambda: plugin.block(steps), "reference": lambda: theirs.block(steps)},
+                options.rounds,
+                go_on=lambda rounds: looks.go_on(label, rounds),
+            )
         block = f"{warmup} + {steps} a block"
-    return summary(name, batch, seen, rate, units, looks, started, steps=block,
-                   what=f"{WHAT[kind]} in lockstep")
+    return summary(name, batch, seen, rate, units, looks, started, steps=block, what=f"{WHAT[kind]} in lockstep")
 
 
 def summary(name, batch, seen, rate, per_round, looks, started, steps, what):
@@ -329,17 +410,30 @@ def summary(name, batch, seen, rate, per_round, looks, started, steps, what):
     decisive = paired(per_round, "accelbench", "reference", looks.confidence)
     gflops = ours * seen["flops_per_image"] / 1e9
     peak = seen.get("peak_per_sec")
-    return {"case": name, "batch": batch, "accelbench": ours, "reference": theirs, "ratio": estimate.ratio,
-            "pooled_ratio": ours / theirs, "ci95": estimate.ci95,
-            "round_ratios": [r["accelbench"] / r["reference"] for r in per_round], "unit": looks.unit,
-            "gflops_per_s": gflops,
-            "verdict": bar_verdict(decisive.ci95), "verdict_ci": decisive.ci95, "verdict_confidence": looks.confidence,
-            "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
-            "utilisation": gflops * 1e9 / peak if peak else None,
-            "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
-            "what": what, "allocator": malloc_of(seen),
-            "huge_pages": huge_pages_of(seen), "steps": steps, "label": seen["label"],
-            "measured_utc": f"{started}-{time.strftime('%H:%M', time.gmtime())}"}
+    return {
+        "case": name,
+        "batch": batch,
+        "accelbench": ours,
+        "reference": theirs,
+        "ratio": estimate.ratio,
+        "pooled_ratio": ours / theirs,
+        "ci95": estimate.ci95,
+        "round_ratios": [r["accelbench"] / r["reference"] for r in per_round],
+        "unit": looks.unit,
+        "gflops_per_s": gflops,
+        "verdict": bar_verdict(decisive.ci95),
+        "verdict_ci": decisive.ci95,
+        "verdict_confidence": looks.confidence,
+        "reference_gflops_per_s": theirs * seen["flops_per_image"] / 1e9,
+        "utilisation": gflops * 1e9 / peak if peak else None,
+        "reference_utilisation": theirs * seen["flops_per_image"] / peak if peak else None,
+        "what": what,
+        "allocator": malloc_of(seen),
+        "huge_pages": huge_pages_of(seen),
+        "steps": steps,
+        "label": seen["label"],
+        "measured_utc": f"{started}-{time.strftime('%H:%M', time.gmtime())}",
+    }
 
 
 class Looks:
@@ -369,8 +463,11 @@ class Looks:
         estimate = paired(per_round, "accelbench", "reference", self.confidence)
         verdict = bar_verdict(estimate.ci95)
         low, high = estimate.ci95
-        print(f"  {name} look {self.looks} after {len(per_round)} {self.unit}s: {self.confidence:.2%} CI "
-              f"{low:.3f}-{high:.3f}, {verdict}", flush=True)
+        print(
+            f"  {name} look {self.looks} after {len(per_round)} {self.unit}s: {self.confidence:.2%} CI "
+            f"{low:.3f}-{high:.3f}, {verdict}",
+            flush=True,
+        )
         return verdict == "undecided" and len(per_round) < self.max_rounds
 
 
@@ -386,8 +483,10 @@ def measured_or_failed(name, batch, options):
 
 
 def table_header(unit="round"):
-    return (f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
-            f"{'pooled':>7}  {'per ' + unit:<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   verdict; reference")
+    return (
+        f"{'case':<18}{'batch':>6}{'accelbench':>11}{'reference':>10}{'ratio':>7}  {'95% CI':<13} "
+        f"{'pooled':>7}  {'per ' + unit:<28}{'GFLOP/s':>8}{'of peak':>8}{'ref peak':>9}   verdict; reference"
+    )
 
 
 def units_of(results):
@@ -417,16 +516,20 @@ def table_row(r):
     rounds = " ".join(f"{x:.3f}" for x in r["round_ratios"])
     util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
     interval = f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}" if r["ci95"][0] < r["ci95"][1] else "-"
-    return (f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
-            f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
-            f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {verdict_text(r)}; {r['what']}"
-            f" (plugin's malloc: {r['allocator']}, huge pages {r['huge_pages']};"
-            f" steps {r['steps']})")
+    return (
+        f"{r['case']:<18}{r['batch']:>6}{r['accelbench']:>11.2f}{r['reference']:>10.2f}{r['ratio']:>7.3f}  "
+        f"{interval:<13} {r['pooled_ratio']:>7.3f}  {rounds:<28}{r['gflops_per_s']:>8.1f}"
+        f"{util(r['utilisation']):>8}{util(r['reference_utilisation']):>9}   {verdict_text(r)}; {r['what']}"
+        f" (plugin's malloc: {r['allocator']}, huge pages {r['huge_pages']};"
+        f" steps {r['steps']})"
+    )
 
 
 def markdown_header(unit="round"):
-    return ("| plugin | batch | steps | accelbench img/s | reference img/s | ratio | 95% CI | verdict | pooled "
-            f"| per {unit} | GFLOP/s | of peak (ours / ref) | reference | measured (UTC) |\n" + "|---" * 14 + "|")
+    return (
+        "| plugin | batch | steps | accelbench img/s | reference img/s | ratio | 95% CI | verdict | pooled "
+        f"| per {unit} | GFLOP/s | of peak (ours / ref) | reference | measured (UTC) |\n" + "|---" * 14 + "|"
+    )
 
 
 def markdown_row(r):
@@ -436,13 +539,22 @@ def markdown_row(r):
     low, high = r["ci95"]
     decided = low < high and (low > 1 or high < 1)
     util = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
-    cells = [f"{r['label']} ({r['allocator']})", r["batch"], r["steps"],
-             f"{r['accelbench']:.2f}", f"{r['reference']:.2f}",
-             f"**{r['ratio']:.3f}**" if decided else f"{r['ratio']:.3f}",
-             f"{low:.3f}–{high:.3f}" if low < high else "–", verdict_text(r), f"{r['pooled_ratio']:.3f}",
-             rounds_text(r["round_ratios"], r["unit"]), f"{r['gflops_per_s']:.1f}",
-             f"{util(r['utilisation'])} / {util(r['reference_utilisation'])}",
-             f"{r['what']} `{' '.join(CASES[r['case']][2])}`", r["measured_utc"]]
+    cells = [
+        f"{r['label']} ({r['allocator']})",
+        r["batch"],
+        r["steps"],
+        f"{r['accelbench']:.2f}",
+        f"{r['reference']:.2f}",
+        f"**{r['ratio']:.3f}**" if decided else f"{r['ratio']:.3f}",
+        f"{low:.3f}–{high:.3f}" if low < high else "–",
+        verdict_text(r),
+        f"{r['pooled_ratio']:.3f}",
+        rounds_text(r["round_ratios"], r["unit"]),
+        f"{r['gflops_per_s']:.1f}",
+        f"{util(r['utilisation'])} / {util(r['reference_utilisation'])}",
+        f"{r['what']} `{' '.join(CASES[r['case']][2])}`",
+        r["measured_utc"],
+    ]
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
@@ -533,16 +645,20 @@ def machine_header():
     from accelbench import environment
 
     env = environment.collect()
-    accelerators = "".join(f"; {a.kind.upper()}: {a.name}" + (f", driver {a.driver}" if a.driver else "")
-                           for a in env.accelerators)
-    return (f"machine: {env.cpu_model}, {env.cpu_cores} cores, {env.memory_bytes / 2**30:.0f} GiB"
-            f"{accelerators}; flags: {' '.join(env.cpu_flags or ())}"
-            f"{MEMORY_RETURNED_NOTE if env.memory_returned_to_host else ''}")
+    accelerators = "".join(
+        f"; {a.kind.upper()}: {a.name}" + (f", driver {a.driver}" if a.driver else "") for a in env.accelerators
+    )
+    return (
+        f"machine: {env.cpu_model}, {env.cpu_cores} cores, {env.memory_bytes / 2**30:.0f} GiB"
+        f"{accelerators}; flags: {' '.join(env.cpu_flags or ())}"
+        f"{MEMORY_RETURNED_NOTE if env.memory_returned_to_host else ''}"
+    )
 
 
 #: why a run on such a VM can take one slow step full of page faults (README, "Reference benchmark")
-MEMORY_RETURNED_NOTE = ("; free memory goes back to the host (virtio balloon page reporting): a page "
-                        "touched first after that costs a host fault too")
+MEMORY_RETURNED_NOTE = (
+    "; free memory goes back to the host (virtio balloon page reporting): a page touched first after that costs a host fault too"
+)
 
 
 class Terminated(BaseException):
@@ -557,44 +673,92 @@ def terminated(signum, frame):
 def main():
     signal.signal(signal.SIGTERM, terminated)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: every case whose "
-                        "reference is here (the Model Garden cases need --garden-python)")
-    parser.add_argument("--garden-python", default=".venv-garden/bin/python",
-                        help="the Python of the environment with tf-models-official")
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=sorted(CASES),
+        help="default: every case whose reference is here (the Model Garden cases need --garden-python)",
+    )
+    parser.add_argument(
+        "--garden-python", default=".venv-garden/bin/python", help="the Python of the environment with tf-models-official"
+    )
     parser.add_argument("--batch-sizes", default="8,32", help="global batches to sweep (default 8,32)")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--timed", type=int, default=40,
-                        help="a multiple of --warmup where a shipped reference runs (it logs per warm-up)")
+    parser.add_argument(
+        "--timed", type=int, default=40, help="a multiple of --warmup where a shipped reference runs (it logs per warm-up)"
+    )
     parser.add_argument("--rounds", type=int, default=4, help="rounds per case and batch (>= 3 for an interval)")
-    parser.add_argument("--max-rounds", type=int, help="add rounds after --rounds, one at a time, while the "
-                        "verdict against the bar is undecided, up to this many (each look's interval spends "
-                        "its share of the 5%% error); default: --rounds, one look")
-    parser.add_argument("--lockstep", type=int, metavar="STEPS", help="run the cases in lockstep: the plugin's "
-                        "worker and the reference both alive and warm, taking turns in blocks of STEPS steps (a "
-                        "round is one block of each; a shipped reference stopped and continued by job control), "
-                        "so a machine whose speed drifts moves both alike; tpu-bf16's blocks and warm-up are "
-                        "whole loops of 10")
-    parser.add_argument("--pairs", type=int, default=1, help="with --lockstep: open this many pairs of processes "
-                        "a case, one after the other, each for --rounds rounds; a pair, not a round, is then the "
-                        "unit of the interval (rounds of one pair share its processes' memory and thread "
-                        "placement and their JIT's choices); default 1: the rounds are the units")
-    parser.add_argument("--max-pairs", type=int, help="with --pairs: add pairs, one at a time, while the verdict "
-                        "is undecided, up to this many (as --max-rounds does rounds)")
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where both sides train: the "
-                        "CPU (default) or the GPU (the cases whose bare loop takes a device: torch-*, jax-*)")
-    parser.add_argument("--burn-in", action="store_true", help="open each case with one uncounted run of the "
-                        "side that goes first (a VM's first run after another program can be slow)")
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        help="add rounds after --rounds, one at a time, while the "
+        "verdict against the bar is undecided, up to this many (each look's interval spends "
+        "its share of the 5%% error); default: --rounds, one look",
+    )
+    parser.add_argument(
+        "--lockstep",
+        type=int,
+        metavar="STEPS",
+        help="run the cases in lockstep: the plugin's "
+        "worker and the reference both alive and warm, taking turns in blocks of STEPS steps (a "
+        "round is one block of each; a shipped reference stopped and continued by job control), "
+        "so a machine whose speed drifts moves both alike; tpu-bf16's blocks and warm-up are "
+        "whole loops of 10",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="with --lockstep: open this many pairs of processes "
+        "a case, one after the other, each for --rounds rounds; a pair, not a round, is then the "
+        "unit of the interval (rounds of one pair share its processes' memory and thread "
+        "placement and their JIT's choices); default 1: the rounds are the units",
+    )
+    parser.add_argument(
+        "--max-pairs",
+        type=int,
+        help="with --pairs: add pairs, one at a time, while the verdict "
+        "is undecided, up to this many (as --max-rounds does rounds)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "gpu"],
+        default="cpu",
+        help="where both sides train: the CPU (default) or the GPU (the cases whose bare loop takes a device: torch-*, jax-*)",
+    )
+    parser.add_argument(
+        "--burn-in",
+        action="store_true",
+        help="open each case with one uncounted run of the "
+        "side that goes first (a VM's first run after another program can be slow)",
+    )
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
-    parser.add_argument("--shipped-malloc", choices=["as-shipped", "plugin"], default="as-shipped",
-                        help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
-                        "(as they ship; default) or the one the plugin's worker had (bare loops always get that)")
-    parser.add_argument("--shipped-onednn", choices=["as-shipped", "plugin"], default="as-shipped",
-                        help="TensorFlow's oneDNN ops in tf_cnn_benchmarks and Model Garden: TensorFlow's own "
-                        "choice on this CPU (as they ship; default) or the plugin's worker's")
-    parser.add_argument("--markdown", action="store_true", help="also print the results as rows of the "
-                        "README's tables (plugin, steps, ratio in bold where its interval excludes 1, UTC times)")
-    parser.add_argument("--keep-records", type=Path, help="a folder to keep every accelbench run's results "
-                        "file and every bare loop's figures in (to see what made a slow round slow)")
+    parser.add_argument(
+        "--shipped-malloc",
+        choices=["as-shipped", "plugin"],
+        default="as-shipped",
+        help="malloc of tf_cnn_benchmarks, train_imagenet.py and Model Garden: the C library's "
+        "(as they ship; default) or the one the plugin's worker had (bare loops always get that)",
+    )
+    parser.add_argument(
+        "--shipped-onednn",
+        choices=["as-shipped", "plugin"],
+        default="as-shipped",
+        help="TensorFlow's oneDNN ops in tf_cnn_benchmarks and Model Garden: TensorFlow's own "
+        "choice on this CPU (as they ship; default) or the plugin's worker's",
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="also print the results as rows of the "
+        "README's tables (plugin, steps, ratio in bold where its interval excludes 1, UTC times)",
+    )
+    parser.add_argument(
+        "--keep-records",
+        type=Path,
+        help="a folder to keep every accelbench run's results "
+        "file and every bare loop's figures in (to see what made a slow round slow)",
+    )
     options = parser.parse_args()
     if options.lockstep is not None and options.lockstep < 1:
         parser.error("--lockstep must be at least 1 step a block")
@@ -609,11 +773,14 @@ def main():
     garden = Path(options.garden_python).exists()
     if options.case and not garden and any(CASES[c][1] == "garden" for c in options.case):
         parser.error(f"no Model Garden environment at {options.garden_python} (see this script's docstring)")
-    cases = options.case or [c for c in CASES if (CASES[c][1] != "garden" or garden)
-                             and (options.device == "cpu" or takes_device(c))]
+    cases = options.case or [
+        c for c in CASES if (CASES[c][1] != "garden" or garden) and (options.device == "cpu" or takes_device(c))
+    ]
     if options.device != "cpu" and not all(takes_device(c) for c in cases):
-        parser.error(f"--device {options.device}: only the cases whose reference is a bare loop that takes a device "
-                     f"run there ({', '.join(c for c in CASES if takes_device(c))})")
+        parser.error(
+            f"--device {options.device}: only the cases whose reference is a bare loop that takes a device "
+            f"run there ({', '.join(c for c in CASES if takes_device(c))})"
+        )
     if options.lockstep is None and options.timed % options.warmup and any(CASES[c][1] != "bare" for c in cases):
         parser.error("--timed must be a multiple of --warmup (the shipped references log per warm-up)")
     print(machine_header(), flush=True)
@@ -623,12 +790,14 @@ def main():
             results.append(measured_or_failed(name, batch, options))
             print(table_row(results[-1]), flush=True)  # kept in the log if a later case is stopped
     print(f"\n{machine_header()}")
-    print(f"shipped references' malloc: {options.shipped_malloc}; TensorFlow's oneDNN: {options.shipped_onednn}; "
-          "bare loops: the plugin's; "
-          f"burn-in: {'one uncounted run per case' if options.burn_in else 'none'}; "
-          f"cases {lockstep_text(options)}; "
-          f"verdict against the bar: ahead (interval above 1), not behind (above {MIN_RATIO}), "
-          f"behind (below {MIN_RATIO}), undecided")
+    print(
+        f"shipped references' malloc: {options.shipped_malloc}; TensorFlow's oneDNN: {options.shipped_onednn}; "
+        "bare loops: the plugin's; "
+        f"burn-in: {'one uncounted run per case' if options.burn_in else 'none'}; "
+        f"cases {lockstep_text(options)}; "
+        f"verdict against the bar: ahead (interval above 1), not behind (above {MIN_RATIO}), "
+        f"behind (below {MIN_RATIO}), undecided"
+    )
     unit = units_of(results)
     print(table_header(unit))
     for r in results:

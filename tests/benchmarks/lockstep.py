@@ -105,8 +105,9 @@ class PluginSide:
         self.failure = (Unavailable, WorkerFailure, envs.EnvironmentError_)
         try:
             python, described = envs.interpreter(item.setup, True, lambda text: print(text, flush=True))
-            self.ctx = RunContext(item.ref, item.config, environment.collect(item.ref.backend.describe().requires),
-                                  worker=described)
+            self.ctx = RunContext(
+                item.ref, item.config, environment.collect(item.ref.backend.describe().requires), worker=described
+            )
             self.side = Side(self.ctx, 0, runner.RunObserver())
             self.side.open(python)
         except self.failure as exc:
@@ -134,10 +135,8 @@ class PluginSide:
         from accelbench.records import TrialOutcome, build
 
         side = self.side
-        outcome = (side.outcome() if side.blocks else
-                   TrialOutcome("ok", "", side.probe, side.prepared, startup=side.startup))
-        outcome.prepared = dataclasses.replace(outcome.prepared, settings={**outcome.prepared.settings,
-                                                                           "timed_by": timed_by})
+        outcome = side.outcome() if side.blocks else TrialOutcome("ok", "", side.probe, side.prepared, startup=side.startup)
+        outcome.prepared = dataclasses.replace(outcome.prepared, settings={**outcome.prepared.settings, "timed_by": timed_by})
         return build(dataclasses.replace(self.ctx, outcomes=[outcome]))
 
     def close(self):
@@ -153,8 +152,13 @@ class BareSide:
         self.log = tempfile.TemporaryFile("w+")  # frameworks write much to stderr; a pipe could fill
         self.process = subprocess.Popen(
             [python, str(HERE / script), *rest, "--batch", str(batch), "--warmup", str(warmup), "--timed", "1"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
-            env={**os.environ, **env, LOCKSTEP: "1"})
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            bufsize=1,
+            env={**os.environ, **env, LOCKSTEP: "1"},
+        )
         try:
             self._answer(READY)
         except SystemExit:
@@ -217,9 +221,16 @@ class ShippedSide:
         # terminal's signals; stderr merged (MXNet logs its step lines there); killed with this
         # process however it dies, as core's workers are (left stopped, it would wait for a SIGCONT
         # that never comes)
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        cwd=cwd, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-                                        start_new_session=True, preexec_fn=die_with_parent)
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         try:
             for _ in range(warmup):
                 self.last_line = self._next_step()
@@ -311,14 +322,14 @@ def in_pairs(name, open_pair, steps, rounds, pairs, go_on=None):
             totals[label][0] += images
             totals[label][1] += wall
             return images, wall
+
         return run
 
     while len(units) < pairs or (go_on is not None and go_on(units)):
         # the order core's lockstep opens a pair's sides in: forward, then reversed, pair by pair
         reference_first = round_order(2, len(units)) == [1, 0]
         with open_pair(reference_first) as (plugin, reference):
-            runners = {"accelbench": tallied("accelbench", plugin.block),
-                       "reference": tallied("reference", reference.block)}
+            runners = {"accelbench": tallied("accelbench", plugin.block), "reference": tallied("reference", reference.block)}
             if reference_first:
                 runners = dict(reversed(runners.items()))
             rate, _ = alternate(f"{name} pair {len(units) + 1}", runners, rounds)

@@ -43,18 +43,27 @@ from bench_reference import REFERENCES, tf_cnn_command
 # category: operator names (regular expressions, matched in order) of PyTorch's aten ops, MXNet's
 # operators and TensorFlow's op types
 CATEGORIES = [
-    ("convolution backward", r"convolution_backward|_backward_Convolution|mkldnn_convolution_backward|"
-                             r"Conv2DBackprop"),
-    ("convolution forward", r"^aten::(mkldnn_)?convolution$|^aten::_convolution$|^Convolution$|mkldnn_convolution|"
-                            r"Conv2D$"),
+    (
+        "convolution backward",
+        r"convolution_backward|_backward_Convolution|mkldnn_convolution_backward|"
+        r"Conv2DBackprop",
+    ),
+    (
+        "convolution forward",
+        r"^aten::(mkldnn_)?convolution$|^aten::_convolution$|^Convolution$|mkldnn_convolution|"
+        r"Conv2D$",
+    ),
     ("batch norm backward", r"batch_norm_backward|_backward_BatchNorm|FusedBatchNormGrad"),
     ("batch norm forward", r"batch_norm|^BatchNorm$|FusedBatchNorm"),
     ("activation (ReLU)", r"relu|threshold_backward|Activation|^Relu"),
     ("residual add", r"^aten::add$|elemwise_add|_backward_add|broadcast_add|^AddV2$"),
     ("gradient sums", r"^AddN$"),
     ("pooling", r"pool|Pooling|MaxPool"),
-    ("linear + loss", r"addmm|^aten::mm$|linear|FullyConnected|softmax|cross_entropy|nll_loss|log_softmax|pick|"
-                      r"MatMul|Softmax|BiasAdd"),
+    (
+        "linear + loss",
+        r"addmm|^aten::mm$|linear|FullyConnected|softmax|cross_entropy|nll_loss|log_softmax|pick|"
+        r"MatMul|Softmax|BiasAdd",
+    ),
     ("optimizer update", r"sgd|^aten::(add_|mul_|_foreach.*|lerp_)$|Optimizer|Momentum"),
     ("weight decay", r"^L2Loss$|^Mul$"),
     ("zero grads / copies", r"zero_|fill_|copy_|_copyto|empty|to_dense|reorder|clone|^Pad$|^Slice$"),
@@ -78,8 +87,12 @@ def prepare(plugin: str, variant: str | None, batch: int, inter_op_threads: int 
     from accelbench.worker import apply_process_settings
 
     [ref] = PluginHost().select([plugin])
-    [plan] = runner.plan([ref], RunConfig(global_batch=batch, precision="fp32", variant=variant,
-                                                        inter_op_threads=inter_op_threads, options=options or {}))
+    [plan] = runner.plan(
+        [ref],
+        RunConfig(
+            global_batch=batch, precision="fp32", variant=variant, inter_op_threads=inter_op_threads, options=options or {}
+        ),
+    )
     apply_process_settings(plan.config)
     backend = ref.backend
     backend.prepare(plan.config)
@@ -93,9 +106,11 @@ def unprofiled(backend, batch: int, steps: int) -> tuple[float, dict[str, float]
     for _ in range(steps):
         backend.step()
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
-    return batch * steps / wall, {"user_s": (after.ru_utime - before.ru_utime) / steps,
-                                  "system_s": (after.ru_stime - before.ru_stime) / steps,
-                                  "minor_faults": (after.ru_minflt - before.ru_minflt) / steps}
+    return batch * steps / wall, {
+        "user_s": (after.ru_utime - before.ru_utime) / steps,
+        "system_s": (after.ru_stime - before.ru_stime) / steps,
+        "minor_faults": (after.ru_minflt - before.ru_minflt) / steps,
+    }
 
 
 def torch_ops(backend, steps: int) -> dict[str, float]:
@@ -150,11 +165,17 @@ def tf_op_times(trace: bytes, steps: int) -> dict[str, float]:
     space.ParseFromString(trace)
     [host] = [plane for plane in space.planes if plane.name == "/host:CPU"]
     names = host.event_metadata
-    events = [(line.name, names[e.metadata_id].name, line.timestamp_ns * 1000 + e.offset_ps, e.duration_ps)
-              for line in host.lines for e in line.events]
+    events = [
+        (line.name, names[e.metadata_id].name, line.timestamp_ns * 1000 + e.offset_ps, e.duration_ps)
+        for line in host.lines
+        for e in line.events
+    ]
     # the steps: a tf.function's whole run (KernelAndDeviceFunc::Run) or a session's, 0.5 s or more
-    windows = sorted((start, start + length) for _, name, start, length in events
-                     if name in ("KernelAndDeviceFunc::Run", "SessionRun") and length > 5e11)[-steps:]
+    windows = sorted(
+        (start, start + length)
+        for _, name, start, length in events
+        if name in ("KernelAndDeviceFunc::Run", "SessionRun") and length > 5e11
+    )[-steps:]
     ops = defaultdict(float)
     for thread, name, start, length in events:
         op_type = name.rpartition(":")[2]
@@ -166,8 +187,9 @@ def tf_op_times(trace: bytes, steps: int) -> dict[str, float]:
     return ops
 
 
-def tf_cnn_benchmarks_ops(references: Path, variant: str, batch: int, warmup: int, steps: int,
-                          inter_op_threads: int | None) -> dict[str, float]:
+def tf_cnn_benchmarks_ops(
+    references: Path, variant: str, batch: int, warmup: int, steps: int, inter_op_threads: int | None
+) -> dict[str, float]:
     """tf_cnn_benchmarks' own step (its README's command, run in this process) under the profiler."""
     import runpy
     import sys
@@ -197,14 +219,21 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="profiled steps (and as many unprofiled)")
     parser.add_argument("--references", type=Path, default=REFERENCES, help=f"default {REFERENCES}")
-    parser.add_argument("--inter-op-threads", type=int, default=None,
-                        help="default: the framework's; 1 runs one operator at a time")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a backend option, as accelbench run's (repeatable), e.g. fused_sgd=false")
+    parser.add_argument(
+        "--inter-op-threads", type=int, default=None, help="default: the framework's; 1 runs one operator at a time"
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a backend option, as accelbench run's (repeatable), e.g. fused_sgd=false",
+    )
     args = parser.parse_args()
     if args.reference:
-        ops = tf_cnn_benchmarks_ops(args.references, args.variant or "v1", args.batch, args.warmup, args.steps,
-                                    args.inter_op_threads)
+        ops = tf_cnn_benchmarks_ops(
+            args.references, args.variant or "v1", args.batch, args.warmup, args.steps, args.inter_op_threads
+        )
         print_categories(f"{args.reference} {args.variant or 'v1'}, batch {args.batch}, fp32:", ops, args.steps)
         return
     if args.plugin == "mxnet_ngc":  # before MXNet is imported (in prepare)
@@ -219,10 +248,13 @@ def main():
         ops = tf_trace(lambda: [backend.step() for _ in range(args.steps)], args.steps)
     else:
         ops = (torch_ops if args.plugin == "torch_ref" else mxnet_ops)(backend, args.steps)
-    print_categories(f"{args.plugin}, batch {args.batch}, fp32: {rate:.2f} img/s unprofiled "
-                     f"({1000 * args.batch / rate:.0f} ms/step); per step CPU user {cpu['user_s'] * 1000:.0f} ms, "
-                     f"system {cpu['system_s'] * 1000:.0f} ms, {cpu['minor_faults']:.0f} minor page faults;",
-                     ops, args.steps)
+    print_categories(
+        f"{args.plugin}, batch {args.batch}, fp32: {rate:.2f} img/s unprofiled "
+        f"({1000 * args.batch / rate:.0f} ms/step); per step CPU user {cpu['user_s'] * 1000:.0f} ms, "
+        f"system {cpu['system_s'] * 1000:.0f} ms, {cpu['minor_faults']:.0f} minor page faults;",
+        ops,
+        args.steps,
+    )
 
 
 def print_categories(title: str, ops: dict[str, float], steps: int) -> None:

@@ -49,12 +49,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-gpu"
 #: (plugin, precision): fp32 and each plugin's mixed precision
-RUNS = (("torch_ref", "fp32"), ("torch_ref", "bf16"), ("torch_ref", "fp16"), ("jax_flax", "fp32"),
-        ("jax_flax", "bf16"), ("tf_benchmarks", "fp32"), ("tf_benchmarks", "fp16"), ("tpu_official", "bf16"),
-        ("tpu_official", "fp32"), ("mxnet_ngc", "fp32"), ("mxnet_ngc", "fp16"))
+RUNS = (
+    ("torch_ref", "fp32"),
+    ("torch_ref", "bf16"),
+    ("torch_ref", "fp16"),
+    ("jax_flax", "fp32"),
+    ("jax_flax", "bf16"),
+    ("tf_benchmarks", "fp32"),
+    ("tf_benchmarks", "fp16"),
+    ("tpu_official", "bf16"),
+    ("tpu_official", "fp32"),
+    ("mxnet_ngc", "fp32"),
+    ("mxnet_ngc", "fp16"),
+)
 #: bench_reference's cases whose bare loop runs on a GPU, and their plugins
-REFERENCE_CASES = {"torch-bf16": "torch_ref", "torch-fp32": "torch_ref", "jax-bf16": "jax_flax",
-                   "jax-fp32": "jax_flax"}
+REFERENCE_CASES = {"torch-bf16": "torch_ref", "torch-fp32": "torch_ref", "jax-bf16": "jax_flax", "jax-fp32": "jax_flax"}
 STEPS = ("runs", "peak", "reference")
 #: a lockstep pair's two start-ups (imports, cuDNN autotuning, XLA compiles) and warm-up steps:
 #: on the H200 a JAX pair took ~135 s beside its rounds, a PyTorch one ~55 s
@@ -62,8 +71,7 @@ REFERENCE_OVERHEAD_S = 140.0
 #: a lockstep round's two blocks at the study's batch, generously (~1.5 s on the H200)
 REFERENCE_ROUND_S = 6.0
 INSTALLS = (
-    ("accelbench + TensorFlow CUDA", ["-e", str(ROOT), "tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*",
-                                      "numpy>=1.26,<1.27"]),
+    ("accelbench + TensorFlow CUDA", ["-e", str(ROOT), "tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*", "numpy>=1.26,<1.27"]),
     ("MXNet 1.9.1 CUDA", ["mxnet-cu117==1.9.1", "numpy>=1.26,<1.27"]),
 )
 #: seconds the summary step always keeps, and the least a run is started with
@@ -110,8 +118,10 @@ class RunLine:
         if self.status != "ok":
             return f"{head}: {self.status} {self.reason}".strip() + f" ({self.elapsed_s:.0f} s)"
         use = f", utilisation {self.utilisation:.1%}" if self.utilisation is not None else ", no published peak"
-        return (f"{head}: ok {self.images_per_sec:.1f} img/s{use} on {self.device} ({self.elapsed_s:.0f} s); "
-                f"device memory {self.device_memory}; energy {self.energy}")
+        return (
+            f"{head}: ok {self.images_per_sec:.1f} img/s{use} on {self.device} ({self.elapsed_s:.0f} s); "
+            f"device memory {self.device_memory}; energy {self.energy}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         elif step == "peak":
             measure_peak(python, args, budget, out)
         else:
-            reference_rows += [row for case in selected_cases(args)
-                               for row in reference_case(python, case, args, budget, out)]
+            reference_rows += [row for case in selected_cases(args) for row in reference_case(python, case, args, budget, out)]
     summary = summarize(python, out, header, lines, reference_rows)
     print(f"summary: {summary}", flush=True)
     return 0
@@ -145,16 +154,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plugins", help="comma-separated plugins to run (default: every built-in one)")
     parser.add_argument("--device", default="gpu", help="device kind to run on (default gpu)")
     parser.add_argument("--dry-run", action="store_true", help="skip the installs; run with this interpreter")
-    parser.add_argument("--wheels", help="a folder of carried wheels: install them and accelbench into this "
-                        "interpreter's environment, no registry (instead of the .venv-gpu with the CUDA builds)")
-    parser.add_argument("--steps", default="runs", help=f"comma-separated, in order, of {', '.join(STEPS)} "
-                        "(default runs)")
+    parser.add_argument(
+        "--wheels",
+        help="a folder of carried wheels: install them and accelbench into this "
+        "interpreter's environment, no registry (instead of the .venv-gpu with the CUDA builds)",
+    )
+    parser.add_argument("--steps", default="runs", help=f"comma-separated, in order, of {', '.join(STEPS)} (default runs)")
     parser.add_argument("--batch", type=int, default=256, help="the reference step's batch (default 256)")
     parser.add_argument("--rounds", type=int, default=20, help="the reference step's rounds a case (default 20)")
     parser.add_argument("--block", type=int, default=10, help="the reference step's steps a block (default 10)")
-    parser.add_argument("--pairs", type=int, default=1, help="the reference step's pairs of processes a case, each "
-                        "for --rounds rounds, the pair the unit of the interval (bench_reference --pairs; a pair "
-                        "pays both start-ups: cuDNN's autotuner and XLA choose once per process); default 1")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="the reference step's pairs of processes a case, each "
+        "for --rounds rounds, the pair the unit of the interval (bench_reference --pairs; a pair "
+        "pays both start-ups: cuDNN's autotuner and XLA choose once per process); default 1",
+    )
     args = parser.parse_args(argv)
     if not args.out:
         parser.error("--out is required (or set $OUT)")
@@ -188,13 +204,18 @@ def gpu_header() -> dict[str, str]:
     """nvidia-smi's GPU name, driver and CUDA version ("" each where there is no GPU)."""
     if not shutil.which("nvidia-smi"):
         return {"gpu": "", "driver": "", "cuda": "", "line": "nvidia-smi: not found (no NVIDIA GPU on this machine)"}
-    query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=30)
+    query = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+    )
     banner = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
     name, _, driver = query.stdout.splitlines()[0].partition(",") if query.stdout.strip() else ("", "", "")
     cuda = cuda_version(banner)
-    return {"gpu": name.strip(), "driver": driver.strip(), "cuda": cuda,
-            "line": f"GPU: {name.strip()}, driver {driver.strip()}, CUDA {cuda}"}
+    return {
+        "gpu": name.strip(),
+        "driver": driver.strip(),
+        "cuda": cuda,
+        "line": f"GPU: {name.strip()}, driver {driver.strip()}, CUDA {cuda}",
+    }
 
 
 def cuda_version(banner: str) -> str:
@@ -216,8 +237,12 @@ def install(budget: Budget, out: Path) -> str:
         log = out / f"install-{what.split()[0].lower()}.log"
         try:
             with open(log, "w") as fh:
-                done = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements],
-                                      stdout=fh, stderr=subprocess.STDOUT, timeout=granted)
+                done = subprocess.run(
+                    [str(python), "-m", "pip", "install", "-q", *requirements],
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    timeout=granted,
+                )
             state = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}): {last_line(log)}"
         except subprocess.TimeoutExpired:
             state = f"stopped after {granted:.0f} s (its share of the budget)"
@@ -233,8 +258,13 @@ def install_offline(wheels: str) -> str:
     offline = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
     for what, extra in (("carried wheels", carried), ("accelbench", ["--no-build-isolation", "-e", str(ROOT)])):
         done = subprocess.run([*offline, *extra], capture_output=True, text=True, timeout=300) if extra else None
-        state = "nothing to install" if done is None else "ok" if done.returncode == 0 else (
-            f"failed (exit {done.returncode}): {(done.stderr.strip().splitlines() or [''])[-1][:300]}")
+        state = (
+            "nothing to install"
+            if done is None
+            else "ok"
+            if done.returncode == 0
+            else (f"failed (exit {done.returncode}): {(done.stderr.strip().splitlines() or [''])[-1][:300]}")
+        )
         print(f"install {what} (no registry): {state}", flush=True)
     return sys.executable
 
@@ -249,10 +279,12 @@ def print_peaks(python: str, header: dict[str, str]) -> None:
     if not header["gpu"]:
         print("peak: none (no GPU)", flush=True)
         return
-    code = ("import sys; from accelbench import peaks\n"
-            "for p in ('fp32', 'bf16', 'fp16'):\n"
-            "    peak = peaks.published('gpu', sys.argv[1], p)\n"
-            "    print(f'peak {p}: ' + (f'{peak.flops_per_s / 1e12:.1f} TFLOP/s ({peak.source})' if peak else 'none published'))")
+    code = (
+        "import sys; from accelbench import peaks\n"
+        "for p in ('fp32', 'bf16', 'fp16'):\n"
+        "    peak = peaks.published('gpu', sys.argv[1], p)\n"
+        "    print(f'peak {p}: ' + (f'{peak.flops_per_s / 1e12:.1f} TFLOP/s ({peak.source})' if peak else 'none published'))"
+    )
     shown = subprocess.run([python, "-c", code, header["gpu"]], capture_output=True, text=True, timeout=60)
     print(shown.stdout.strip() or f"peak: unknown ({shown.stderr.strip()[-200:]})", flush=True)
 
@@ -268,8 +300,13 @@ def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Pat
     plugins = [flag for plugin in dict.fromkeys(p for p, _ in selected_runs(args)) for flag in ("--plugin", plugin)]
     try:
         with open(log, "w") as fh:
-            subprocess.run([python, "-m", "accelbench", "peak", "--device", args.device, *plugins], stdout=fh,
-                           stderr=subprocess.STDOUT, timeout=granted, cwd=ROOT)
+            subprocess.run(
+                [python, "-m", "accelbench", "peak", "--device", args.device, *plugins],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                timeout=granted,
+                cwd=ROOT,
+            )
         print(log.read_text().rstrip(), flush=True)
     except subprocess.TimeoutExpired:
         print(f"peak: stopped after {granted:.0f} s (its share of the budget)", flush=True)
@@ -278,9 +315,26 @@ def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Pat
 def reference_command(python: str, case: str, args: argparse.Namespace, out: Path, pairs: int) -> list[str]:
     """bench_reference for one case in lockstep on the device, as the reference step runs it."""
     pairs = ["--pairs", str(pairs)] if pairs > 1 else []
-    return [python, str(ROOT / "tests" / "benchmarks" / "bench_reference.py"), "--case", case,
-            "--device", args.device, "--batch-sizes", str(args.batch), "--lockstep", str(args.block),
-            "--rounds", str(args.rounds), *pairs, "--warmup", "5", "--markdown", "--keep-records", str(out / "records")]
+    return [
+        python,
+        str(ROOT / "tests" / "benchmarks" / "bench_reference.py"),
+        "--case",
+        case,
+        "--device",
+        args.device,
+        "--batch-sizes",
+        str(args.batch),
+        "--lockstep",
+        str(args.block),
+        "--rounds",
+        str(args.rounds),
+        *pairs,
+        "--warmup",
+        "5",
+        "--markdown",
+        "--keep-records",
+        str(out / "records"),
+    ]
 
 
 def reference_case(python: str, case: str, args: argparse.Namespace, budget: Budget, out: Path) -> list[str]:
@@ -322,9 +376,25 @@ def run_one(python: str, plugin: str, precision: str, args: argparse.Namespace, 
         return line
     record_file = out / "records" / f"{plugin}-{precision}.json"
     started = time.monotonic()
-    command = [python, "-m", "accelbench", "run", "--plugin", plugin, "--precision", precision,
-               "--device", args.device, "--time", f"{args.time:g}s", "--timeout", f"{granted:.0f}",
-               "-q", "-o", str(record_file)]
+    command = [
+        python,
+        "-m",
+        "accelbench",
+        "run",
+        "--plugin",
+        plugin,
+        "--precision",
+        precision,
+        "--device",
+        args.device,
+        "--time",
+        f"{args.time:g}s",
+        "--timeout",
+        f"{granted:.0f}",
+        "-q",
+        "-o",
+        str(record_file),
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=granted + 30, cwd=ROOT)
         line = line_from_record(plugin, precision, record_file, done)
@@ -341,11 +411,20 @@ def line_from_record(plugin: str, precision: str, record_file: Path, done: subpr
         return RunLine(plugin, precision, "failed", reason[:300])
     [record] = json.loads(record_file.read_text())["records"]
     tp, flops = record["throughput"], record["flops"] or {}
-    return RunLine(plugin, precision, record["status"], record["reason"][:300], record["batch"]["global"],
-                   tp["images_per_sec"] if tp else None, flops.get("utilisation"), flops.get("peak_source", ""),
-                   f"{record['device']['kind']}x{record['device']['count']} {record['device']['name']}".strip(),
-                   record_file=str(record_file.relative_to(record_file.parents[1])),
-                   device_memory=device_memory_text(record.get("memory")), energy=energy_text(record.get("energy")))
+    return RunLine(
+        plugin,
+        precision,
+        record["status"],
+        record["reason"][:300],
+        record["batch"]["global"],
+        tp["images_per_sec"] if tp else None,
+        flops.get("utilisation"),
+        flops.get("peak_source", ""),
+        f"{record['device']['kind']}x{record['device']['count']} {record['device']['name']}".strip(),
+        record_file=str(record_file.relative_to(record_file.parents[1])),
+        device_memory=device_memory_text(record.get("memory")),
+        energy=energy_text(record.get("energy")),
+    )
 
 
 def device_memory_text(memory: dict | None) -> str:
@@ -364,29 +443,48 @@ def energy_text(energy: dict | None) -> str:
     return f"{energy['joules_per_image']:.3f} J/image, {energy['images_per_kwh']:.0f} images/kWh ({energy['source']})"
 
 
-def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLine],
-              reference_rows: list[str] = ()) -> Path:
+def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLine], reference_rows: list[str] = ()) -> Path:
     """summary.json (every line, the records validated by accelbench) and summary.md (README rows:
     the runs, then the reference step's)."""
     files = sorted(str(p) for p in (out / "records").glob("*.json"))
-    checked = subprocess.run([python, "-m", "accelbench", "validate", *files], capture_output=True, text=True,
-                             timeout=SUMMARY_RESERVE_S) if files else None
+    checked = (
+        subprocess.run(
+            [python, "-m", "accelbench", "validate", *files], capture_output=True, text=True, timeout=SUMMARY_RESERVE_S
+        )
+        if files
+        else None
+    )
     today, gpu = date.today().isoformat(), header["gpu"] or "no GPU"
-    summary = {"date": today, **{k: v for k, v in header.items() if k != "line"},
-               "records_valid": checked is not None and checked.returncode == 0,
-               "validation": checked.stdout.strip().splitlines() if checked else [],
-               "runs": [asdict(line) for line in lines], "reference": list(reference_rows)}
+    summary = {
+        "date": today,
+        **{k: v for k, v in header.items() if k != "line"},
+        "records_valid": checked is not None and checked.returncode == 0,
+        "validation": checked.stdout.strip().splitlines() if checked else [],
+        "runs": [asdict(line) for line in lines],
+        "reference": list(reference_rows),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     rows = ["| plugin | precision | batch | images/sec | utilisation | date | GPU |", "|---|---|---|---|---|---|---|"]
-    rows += [f"| {line.plugin} | {line.precision} | {line.batch} | {line.images_per_sec:.1f} | "
-             f"{f'{line.utilisation:.1%}' if line.utilisation is not None else '-'} | {today} | {gpu} |"
-             for line in lines if line.status == "ok"]
-    rows += [f"| {line.plugin} | {line.precision} | - | {line.status}: {line.reason} | - | {today} | {gpu} |"
-             for line in lines if line.status != "ok"]
+    rows += [
+        f"| {line.plugin} | {line.precision} | {line.batch} | {line.images_per_sec:.1f} | "
+        f"{f'{line.utilisation:.1%}' if line.utilisation is not None else '-'} | {today} | {gpu} |"
+        for line in lines
+        if line.status == "ok"
+    ]
+    rows += [
+        f"| {line.plugin} | {line.precision} | - | {line.status}: {line.reason} | - | {today} | {gpu} |"
+        for line in lines
+        if line.status != "ok"
+    ]
     if reference_rows:
         table_head = reference_rows[:2]  # every case's table opens with the same two lines
-        rows += ["", f"Beside the bare loops on {gpu}, in lockstep:", "", *table_head,
-                 *(line for line in reference_rows if line not in table_head)]
+        rows += [
+            "",
+            f"Beside the bare loops on {gpu}, in lockstep:",
+            "",
+            *table_head,
+            *(line for line in reference_rows if line not in table_head),
+        ]
     (out / "summary.md").write_text("\n".join(rows) + "\n")
     return out / "summary.json"
 

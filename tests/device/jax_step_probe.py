@@ -48,8 +48,17 @@ def bare_step(args):
     import bare_timing
 
     bare_timing.time_steps = lambda *a, **k: None
-    sys.argv = ["bare_jax.py", "--precision", args.precision, "--batch", str(args.batch),
-                "--image-size", str(args.image_size), "--device", args.device]
+    sys.argv = [
+        "bare_jax.py",
+        "--precision",
+        args.precision,
+        "--batch",
+        str(args.batch),
+        "--image-size",
+        str(args.image_size),
+        "--device",
+        args.device,
+    ]
     bare = runpy.run_path(str(BENCHMARKS / "bare_jax.py"))
     state = [bare["state"]]
 
@@ -66,9 +75,18 @@ def plugin_steps(args):
     from accelbench.config import RunConfig
     from accelbench.plugins.jax_flax.training import JaxRun
 
-    run = JaxRun(RunConfig(model="resnet50", variant="v1.5", global_batch=args.batch,
-                           per_device_batch=args.batch, precision=args.precision, device=args.device,
-                           device_count=1, image_size=args.image_size))
+    run = JaxRun(
+        RunConfig(
+            model="resnet50",
+            variant="v1.5",
+            global_batch=args.batch,
+            per_device_batch=args.batch,
+            precision=args.precision,
+            device=args.device,
+            device_count=1,
+            image_size=args.image_size,
+        )
+    )
     on_device = run.jax.device_put(run.jax.numpy.float32(run.learning_rate), run.replicated)
 
     def call(rate):
@@ -103,15 +121,22 @@ def main():
     dispatch = {name: 0.0 for name in variants}
     names = list(variants)
     for round_ in range(args.rounds):
-        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
         for name in order:
             wall, host = timed_block(variants[name], args.block)
             seconds[name].append(wall)
             dispatch[name] += host
-        print(f"round {round_ + 1}: " + "  ".join(
-            f"{name} {args.batch * args.block / seconds[name][-1]:.1f}" for name in names), flush=True)
-    summary = {"precision": args.precision, "batch": args.batch, "device": args.device,
-               "block": args.block, "rounds": args.rounds}
+        print(
+            f"round {round_ + 1}: " + "  ".join(f"{name} {args.batch * args.block / seconds[name][-1]:.1f}" for name in names),
+            flush=True,
+        )
+    summary = {
+        "precision": args.precision,
+        "batch": args.batch,
+        "device": args.device,
+        "block": args.block,
+        "rounds": args.rounds,
+    }
     for name in names:
         # a block's rate is its images over its seconds, and every block holds the same images
         estimate = paired_ratio([1 / s for s in seconds[name]], [1 / s for s in seconds["bare"]])
@@ -122,7 +147,8 @@ def main():
             "ratio_to_bare_ci95": [round(end, 4) for end in estimate.ci95],
             "ratio_sd_pct": round(100 * statistics.stdev(log_ratios), 2) if len(log_ratios) > 1 else None,
             "dispatch_ms_per_step": round(1e3 * dispatch[name] / (args.block * args.rounds), 3),
-            "step_ms": round(1e3 * sum(seconds[name]) / (args.block * args.rounds), 3)}
+            "step_ms": round(1e3 * sum(seconds[name]) / (args.block * args.rounds), 3),
+        }
         print(f"{name}: {summary[name]}", flush=True)
     print(json.dumps(summary), flush=True)
 

@@ -33,10 +33,18 @@ class ToyAllReduce(Engine):
 
 class MlpBackend(accelbench.Backend):
     info = accelbench.BackendInfo(
-        name="mlp-sgd", framework="numpy", requires=("numpy", "accelbench_toy"), models=("mlp", "linear"),
-        variants={"mlp": tuple(HIDDEN)}, precisions=("fp64", "fp32"), devices=("cpu",),
-        default_batch={"cpu": 32}, version=VERSION, description="numpy MLP, softmax cross-entropy, SGD",
-        options={"learning_rate": accelbench.Option("SGD step size (default 0.05)", kind="float", minimum=0)})
+        name="mlp-sgd",
+        framework="numpy",
+        requires=("numpy", "accelbench_toy"),
+        models=("mlp", "linear"),
+        variants={"mlp": tuple(HIDDEN)},
+        precisions=("fp64", "fp32"),
+        devices=("cpu",),
+        default_batch={"cpu": 32},
+        version=VERSION,
+        description="numpy MLP, softmax cross-entropy, SGD",
+        options={"learning_rate": accelbench.Option("SGD step size (default 0.05)", kind="float", minimum=0)},
+    )
     engine = ToyAllReduce()
 
     def prepare(self, config):

@@ -29,10 +29,16 @@ class MlpRun:
         self.macs = sum(a * b for a, b in zip(sizes, sizes[1:]))
 
     def prepared(self):
-        return accelbench.Prepared(device_name="numpy on the host CPU", flops_per_image=float(6 * self.macs),
-                                   data_placement="host",
-                                   settings={"dtype": np.dtype(self.dtype).name, "layers": len(self.weights),
-                                             "allreduce": "reducer" if self.link else "none"})
+        return accelbench.Prepared(
+            device_name="numpy on the host CPU",
+            flops_per_image=float(6 * self.macs),
+            data_placement="host",
+            settings={
+                "dtype": np.dtype(self.dtype).name,
+                "layers": len(self.weights),
+                "allreduce": "reducer" if self.link else "none",
+            },
+        )
 
     def step(self) -> float:
         activations = [self.x]

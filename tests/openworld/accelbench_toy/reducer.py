@@ -69,7 +69,7 @@ class Link:
             raise ConnectionError("the reducer went away")
         mean, out, start = np.frombuffer(reply, dtype=np.float64), [], 0
         for g in grads:
-            out.append(mean[start:start + g.size].reshape(g.shape))
+            out.append(mean[start : start + g.size].reshape(g.shape))
             start += g.size
         return out
 

@@ -12,8 +12,9 @@ MODELS = ("toy",)
 
 class Misbehaving(accelbench.Backend):
     def __init__(self, name: str, when: str = "step"):
-        self.info = accelbench.BackendInfo(name=name, framework="none", requires=(), models=MODELS, version="0.1",
-                                           description=f"fails by {name} during {when}")
+        self.info = accelbench.BackendInfo(
+            name=name, framework="none", requires=(), models=MODELS, version="0.1", description=f"fails by {name} during {when}"
+        )
         self.when = when
 
     def prepare(self, config):
@@ -81,16 +82,16 @@ class SpillingStep(accelbench.Backend):
 
 
 class Unavailable(accelbench.Backend):
-    info = accelbench.BackendInfo(name="needs-gpu", framework="none", requires=(), models=MODELS,
-                                  devices=("cpu", "gpu"))
+    info = accelbench.BackendInfo(name="needs-gpu", framework="none", requires=(), models=MODELS, devices=("cpu", "gpu"))
 
     def check(self, config):
         return "no GPU here (test plugin always refuses)"
 
 
 class MissingFramework(accelbench.Backend):
-    info = accelbench.BackendInfo(name="needs-framework", framework="nonexistent",
-                                  requires=("accelbench_nonexistent_framework",), models=MODELS)
+    info = accelbench.BackendInfo(
+        name="needs-framework", framework="nonexistent", requires=("accelbench_nonexistent_framework",), models=MODELS
+    )
 
 
 @accelbench.hookimpl

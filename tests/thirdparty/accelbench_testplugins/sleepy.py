@@ -44,20 +44,31 @@ class Sleepy(accelbench.Backend):
     #: the prefix of two options: create the file ``<prefix>_file`` on reaching step ``<prefix>_at``
     own_flag = None
     info = accelbench.BackendInfo(
-        name="fixed-time", framework="none", requires=(), models=("resnet50",),
+        name="fixed-time",
+        framework="none",
+        requires=(),
+        models=("resnet50",),
         variants={"resnet50": ("v1", "v1.5")},
-        precisions=("fp32", "bf16"), devices=("cpu",), version="1.2.3",
+        precisions=("fp32", "bf16"),
+        devices=("cpu",),
+        version="1.2.3",
         description="busy-waits a known time per step",
-        options={"step_ms": "step time in ms", "noise": "relative stdev of the step time",
-                 "scale": "multiplies the step time", "drift_per_s": "step time growth per second",
-                 "drift_origin": "Unix time the drift counts from",
-                 "slow_first": "steps at the start that are slower, fading from 5x",
-                 "hold_mb": "MiB allocated and touched in prepare, held to the end",
-                 "steps_per_call": "steps each call runs (a host loop of steps)",
-                 "wave": "relative amplitude of a swinging machine speed",
-                 "wave_period_s": "period of that swing, seconds", "prepare_s": "seconds prepare takes",
-                 "device_bytes": "the device memory peak device_memory reports",
-                 "energy_uj_per_step": "microjoules each step adds to a fake RAPL counter"})
+        options={
+            "step_ms": "step time in ms",
+            "noise": "relative stdev of the step time",
+            "scale": "multiplies the step time",
+            "drift_per_s": "step time growth per second",
+            "drift_origin": "Unix time the drift counts from",
+            "slow_first": "steps at the start that are slower, fading from 5x",
+            "hold_mb": "MiB allocated and touched in prepare, held to the end",
+            "steps_per_call": "steps each call runs (a host loop of steps)",
+            "wave": "relative amplitude of a swinging machine speed",
+            "wave_period_s": "period of that swing, seconds",
+            "prepare_s": "seconds prepare takes",
+            "device_bytes": "the device memory peak device_memory reports",
+            "energy_uj_per_step": "microjoules each step adds to a fake RAPL counter",
+        },
+    )
 
     def prepare(self, config):
         self.step_s = config.options.get("step_ms", 20) / 1000 * config.options.get("scale", 1.0)
@@ -73,15 +84,22 @@ class Sleepy(accelbench.Backend):
         self.held = bytearray(config.options.get("hold_mb", 0) << 20)  # zero-filled: every page touched
         self.steps_per_call = config.options.get("steps_per_call", 1)
         self.exit_after = config.options.get(self.own_exit) if self.own_exit else None
-        self.flag = ((config.options.get(f"{self.own_flag}_file"), config.options.get(f"{self.own_flag}_at"))
-                     if self.own_flag else (None, None))
+        self.flag = (
+            (config.options.get(f"{self.own_flag}_file"), config.options.get(f"{self.own_flag}_at"))
+            if self.own_flag
+            else (None, None)
+        )
         self.steps_run = 0
         self.wave, self.period = config.options.get("wave", 0.0), config.options.get("wave_period_s", 1.0)
         self.device_bytes = config.options.get("device_bytes")
         self.energy_uj = config.options.get("energy_uj_per_step")
         time.sleep(config.options.get("prepare_s", 0.0))
-        return accelbench.Prepared(device_name="test cpu", flops_per_image=1e9, steps_per_call=self.steps_per_call,
-                                   settings={"step_s": self.step_s, "noise": self.noise})
+        return accelbench.Prepared(
+            device_name="test cpu",
+            flops_per_image=1e9,
+            steps_per_call=self.steps_per_call,
+            settings={"step_s": self.step_s, "noise": self.noise},
+        )
 
     def device_memory(self):
         if self.device_bytes is None:
@@ -110,7 +128,6 @@ class Sleepy(accelbench.Backend):
             self.advance_energy_counter()
         self.loss *= 0.99
         return self.loss
-
 
     def advance_energy_counter(self):
         zone = os.path.join(os.environ["ACCELBENCH_POWERCAP_ROOT"], "intel-rapl:0")
