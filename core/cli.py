@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TextIO, TypeVar
 
 import click
 
@@ -21,8 +21,20 @@ from .schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS
 from .training import TrainSpec  # its fields declare train's recipe options
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from .blocks import Environment
+    from .config import RunConfig
+    from .console import ResultsTable
+    from .cost import Pricing
+    from .planning import Plan
     from .records import Record
+    from .registry import BackendRef
+    from .replay import Replay
+    from .schedule import Schedule
+
+#: a click command (or the function it is made from): what the option decorators take and give
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 #: RunConfig fields ``run`` adds to the shared options (``worker`` has its own --workers)
 RUN_ONLY_FIELDS = ("workers", "scaling_baseline")
@@ -33,7 +45,7 @@ def field_options(
     exclude: tuple[str, ...] = (),
     help: dict[str, str] | None = None,
     declared: type | None = None,
-):
+) -> Callable[[Command], Command]:
     """Click options made from the fields' own declarations (``config.Flag``) of ``declared``
     (default RunConfig; train mode's TrainSpec too): the option's name, type and help are written
     once, on the field. Each option's value arrives under the field's name; None when the user did
@@ -57,7 +69,7 @@ def field_options(
         }[spec.kind]
         decorators.append(click.option(option, spec_field.name, type=kind, help=text))
 
-    def apply(command):
+    def apply(command: Command) -> Command:
         for decorator in reversed(decorators):
             command = decorator(command)
         return command
@@ -70,13 +82,13 @@ def flagged_fields(declared: type | None = None) -> list[str]:
     return [f.name for f in _flagged(declared)]
 
 
-def _flagged(declared: type | None) -> list[dataclasses.Field]:
+def _flagged(declared: type | None) -> list[dataclasses.Field[Any]]:
     from .config import RunConfig
 
     return [f for f in dataclasses.fields(declared or RunConfig) if "flag" in f.metadata]
 
 
-def price_options(command):
+def price_options(command: Command) -> Command:
     """Pricing flags shared by run and report."""
     for option in reversed(
         [
@@ -101,7 +113,7 @@ def price_options(command):
     return command
 
 
-def config_options(command):
+def config_options(command: Command) -> Command:
     """Run-config flags shared by run and worker (each overrides the config file)."""
     command = field_options(exclude=RUN_ONLY_FIELDS)(command)
     for option in reversed(
@@ -236,32 +248,32 @@ def plugins() -> None:
 )
 @price_options
 def run(
-    plugin_names,
-    backend_names,
-    config_file,
-    options,
-    output,
-    force,
-    schedule_kind,
-    blocks,
-    block_time,
-    when_busy,
-    until_decided,
-    until_halfwidth,
-    max_time,
-    quiet,
-    as_json,
-    wide,
-    pythons,
-    env_matrix,
-    no_create_env,
-    measure_peak,
-    prices,
-    price,
-    price_per_hour,
-    price_per_kwh,
-    epochs,
-    **flags,
+    plugin_names: tuple[str, ...],
+    backend_names: tuple[str, ...],
+    config_file: str | None,
+    options: tuple[str, ...],
+    output: str | None,
+    force: bool,
+    schedule_kind: str | None,
+    blocks: int | None,
+    block_time: str | None,
+    when_busy: str | None,
+    until_decided: str | None,
+    until_halfwidth: str | None,
+    max_time: str | None,
+    quiet: bool,
+    as_json: bool,
+    wide: bool,
+    pythons: tuple[str, ...],
+    env_matrix: tuple[str, ...],
+    no_create_env: bool,
+    measure_peak: bool,
+    prices: str | None,
+    price: str | None,
+    price_per_hour: float | None,
+    price_per_kwh: float | None,
+    epochs: int,
+    **flags: Any,
 ) -> None:
     """Run the selected backends (default: every available one) and write a results file."""
     from . import cost, envs, inputs, runner
@@ -310,7 +322,15 @@ def run(
 @click.option("--tolerance", default="3%", show_default=True, help="Equivalence bound of then against now.")
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
 @click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal.")
-def rerun(results, record_ids, output, force, tolerance, no_create_env, wide) -> None:
+def rerun(
+    results: str,
+    record_ids: tuple[str, ...],
+    output: str | None,
+    force: bool,
+    tolerance: str,
+    no_create_env: bool,
+    wide: bool,
+) -> None:
     """Run a results file's records again here, with the same configurations and framework
     versions, and compare then with now (unpaired: two invocations, perhaps two machines)."""
     from . import compare as comparing
@@ -341,7 +361,7 @@ def rerun(results, record_ids, output, force, tolerance, no_create_env, wide) ->
     sys.exit(1 if _failed(done) else 0)
 
 
-def _print_then_and_now(replays, done: list[Record], bound: float, here: Environment, wide: bool) -> None:
+def _print_then_and_now(replays: list[Replay], done: list[Record], bound: float, here: Environment, wide: bool) -> None:
     """Then against now per record (its config hash, the pins it ran with, the comparison), then
     what differs in the machine and in the lock of the Python the workers ran."""
     from . import compare as comparing
@@ -367,7 +387,7 @@ def _print_then_and_now(replays, done: list[Record], bound: float, here: Environ
         out.print(plain(("machine", "yellow"), f" {line}"))
 
 
-def _default_schedule(plans, config) -> str:
+def _default_schedule(plans: list[Plan], config: RunConfig) -> str:
     """Lockstep whenever two or more single-worker benchmark runs on the CPU can run; interleaved
     for multi-worker and train runs (their phases are not blocks of steps), for a single run, and
     on accelerators: warm workers of several frameworks share one device there, and a framework
@@ -381,14 +401,14 @@ def _default_schedule(plans, config) -> str:
 
 def _schedule(
     kind: str,
-    config,
+    config: RunConfig,
     until_decided: str | None,
     until_halfwidth: str | None,
     max_time: str | None,
     blocks: int | None = None,
     block_time: str | None = None,
     when_busy: str | None = None,
-):
+) -> Schedule:
     from .schedule import Schedule, StopRule, parse_duration, parse_fraction
 
     if until_decided and until_halfwidth:
@@ -457,7 +477,7 @@ class _View:
         return not (self.quiet or self.as_json)
 
     @property
-    def live_stream(self):
+    def live_stream(self) -> TextIO:
         return sys.stderr if self.as_json else sys.stdout
 
 
@@ -474,11 +494,11 @@ def _pythons(given: tuple[str, ...]) -> dict[str, str]:
 
 
 def _execute(
-    plans,
+    plans: list[Plan],
     path: Path,
-    pricing,
-    table,
-    schedule=None,
+    pricing: Pricing,
+    table: type[ResultsTable],
+    schedule: Schedule | None = None,
     view: _View = _View(),
     force: bool = False,
     create_envs: bool = True,
@@ -558,18 +578,18 @@ def _failed(done: list[Record]) -> bool:
 )
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
 def worker(
-    rank,
-    local_workers,
-    coordinator,
-    peers,
-    node_host,
-    servers,
-    plugin_names,
-    backend_names,
-    config_file,
-    options,
-    output,
-    **flags,
+    rank: int,
+    local_workers: int,
+    coordinator: str,
+    peers: str | None,
+    node_host: str | None,
+    servers: int,
+    plugin_names: tuple[str, ...],
+    backend_names: tuple[str, ...],
+    config_file: str | None,
+    options: tuple[str, ...],
+    output: str,
+    **flags: Any,
 ) -> None:
     """Run the ranks one host holds in a multi-host job; a cluster scheduler starts one per host."""
     from . import distributed, launch, records, runner
@@ -588,7 +608,10 @@ def worker(
     for peer in peer_list:
         _endpoint(peer, "--peers")
     cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers, local_workers=local_workers)
-    plan = launch.plan_host(refs[0].backend.engine, cluster)
+    engine = refs[0].backend.engine
+    if engine is None:  # planning refuses it for --workers > 1; a job of one worker needs an engine all the same
+        raise UsageError(f"{refs[0].id} has no multi-worker engine: `accelbench worker` runs a rank of a multi-host job")
+    plan = launch.plan_host(engine, cluster)
     record = distributed.run_rank(refs[0], item.config, plan, rank)
     records.write_results(Path(output), [record])
     ranks = f"rank {rank}" if local_workers == 1 else f"ranks {rank}-{rank + local_workers - 1}"
@@ -616,7 +639,15 @@ def merge(files: tuple[str, ...], output: str) -> None:
 @click.option("--size", type=click.IntRange(min=64), help="Matrix side (default 2048 on a CPU, 8192 on an accelerator).")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Timed runs; the best counts.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads (default all cores).")
-def peak(plugin_names, backend_names, precisions, device, size, repeats, threads) -> None:
+def peak(
+    plugin_names: tuple[str, ...],
+    backend_names: tuple[str, ...],
+    precisions: tuple[str, ...],
+    device: str,
+    size: int | None,
+    repeats: int,
+    threads: int | None,
+) -> None:
     """Measure each framework's matrix-product peak on this machine, per precision, and cache it:
     later records carry flops.peak_per_sec and utilisation against it."""
     from . import peak_measure, peaks
@@ -638,7 +669,7 @@ def peak(plugin_names, backend_names, precisions, device, size, repeats, threads
     sys.exit(0 if measured else 1)
 
 
-def _measure_peaks(plans, view: _View) -> None:
+def _measure_peaks(plans: list[Plan], view: _View) -> None:
     """``run --peak``: each framework's peak for the plans' precisions and devices, cached before
     the runs (whose records then read it); a peak that cannot be measured leaves its reason."""
     from . import peak_measure, peaks
@@ -668,7 +699,7 @@ def env() -> None:
     "--plugin", "plugin_names", multiple=True, help="Only these plugins (default: every one that declares an environment)."
 )
 @click.option("--env", "env_matrix", multiple=True, metavar="REQUIREMENTS", help="Requirements added (as accelbench run --env).")
-def env_create(plugin_names, env_matrix) -> None:
+def env_create(plugin_names: tuple[str, ...], env_matrix: tuple[str, ...]) -> None:
     """Make the environments the selected plugins' backends run in."""
     from . import envs
     from .registry import PluginHost
@@ -706,7 +737,7 @@ def env_list() -> None:
 
 @env.command("remove")
 @click.argument("keys", nargs=-1)
-def env_remove(keys) -> None:
+def env_remove(keys: tuple[str, ...]) -> None:
     """Delete cached environments (these keys, or every one)."""
     from . import envs
 
@@ -814,11 +845,11 @@ def report(
     tolerance: str,
     evidence: str | None,
     markdown: bool,
-    prices,
-    price,
-    price_per_hour,
-    price_per_kwh,
-    epochs,
+    prices: str | None,
+    price: str | None,
+    price_per_hour: float | None,
+    price_per_kwh: float | None,
+    epochs: int,
 ) -> None:
     """Write an HTML study report (throughput vs batch, images per dollar, every run) from results
     files, or with --evidence DIR --markdown print a folder of results files as Markdown tables."""
@@ -921,19 +952,19 @@ TRAIN_RUN_FLAGS = (
 )
 @price_options
 def train(
-    plugin_names,
-    backend_names,
-    data_dir,
-    timeout,
-    output,
-    force,
-    wide,
-    prices,
-    price,
-    price_per_hour,
-    price_per_kwh,
-    epochs,
-    **flags,
+    plugin_names: tuple[str, ...],
+    backend_names: tuple[str, ...],
+    data_dir: str | None,
+    timeout: float,
+    output: str | None,
+    force: bool,
+    wide: bool,
+    prices: str | None,
+    price: str | None,
+    price_per_hour: float | None,
+    price_per_kwh: float | None,
+    epochs: int,
+    **flags: Any,
 ) -> None:
     """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
     from . import conversion, cost, datasets, inputs, runner
@@ -964,7 +995,7 @@ def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str,
     )
 
 
-def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]):
+def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]) -> RunConfig:
     from .config import TF_CNN_PROTOCOL, RunConfig, load_config_file
     from .schedule import parse_duration
 
@@ -1002,7 +1033,7 @@ def _int_list(text: str, flag: str) -> list[int]:
         raise UsageError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
-def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...], training: bool = False):
+def _selected(plugin_names: tuple[str, ...], backend_names: tuple[str, ...], training: bool = False) -> list[BackendRef]:
     from .registry import PluginHost
 
     refs = PluginHost().select(plugin_names, backend_names)
@@ -1028,7 +1059,7 @@ class Stopped(KeyboardInterrupt):
         self.signal_name = f"stopped by {signal.Signals(signum).name}"
 
 
-def _raise_stopped(signum: int, frame) -> None:
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signum)
 
 

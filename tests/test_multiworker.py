@@ -312,3 +312,24 @@ def test_the_per_worker_rows_name_each_ranks_host_and_local_rank():
     import socket
 
     assert [(r.rank, r.local_rank, r.host) for r in rows] == [(4, 0, socket.gethostname()), (5, 1, socket.gethostname())]
+
+
+def test_a_worker_of_a_backend_without_an_engine_is_refused_in_one_line(accelbench_cli, tmp_path):
+    """Planning refuses --workers > 1 for such a backend; a job of one worker reached the engine's
+    plan and died of an AttributeError (found by the type checker, 2026-12-06)."""
+    out = tmp_path / "rank0.json"
+    done = accelbench_cli(
+        "worker",
+        "--backend",
+        "sleepy:fixed-time",
+        "--rank",
+        "0",
+        "--workers",
+        "1",
+        "--coordinator",
+        "127.0.0.1:29500",
+        "-o",
+        str(out),
+    )
+    assert done.returncode == 2 and "sleepy:fixed-time has no multi-worker engine" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
