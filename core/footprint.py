@@ -9,10 +9,11 @@ over a run's trials. A figure that could not be read is ``None`` with the reason
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from .backend import DeviceMemory
+from .jsonform import omitted_while_none
 from .timing import StartupMarks, Timing
 
 #: joules in a kilowatt-hour
@@ -31,7 +32,7 @@ class Startup:
     first_step_s: float
     warmup_s: float
     #: the framework's compilation of the step ahead of its first call (``Prepared.compile_s``)
-    compile_s: float | None = field(default=None, metadata={"omit_if_none": True})
+    compile_s: float | None = omitted_while_none()
 
     @classmethod
     def of(cls, spawned: float, marks: StartupMarks | None, compile_s: float | None = None) -> Startup | None:
@@ -65,8 +66,8 @@ class StartupSummary:
     first_step_s: float | None
     warmup_s: float | None
     trials: int
-    reason: str | None = field(default=None, metadata={"omit_if_none": True})
-    compile_s: float | None = field(default=None, metadata={"omit_if_none": True})
+    reason: str | None = omitted_while_none()
+    compile_s: float | None = omitted_while_none()
 
 
 @dataclass
@@ -78,7 +79,7 @@ class Memory:
     host_source: str
     device_peak_bytes: int | None
     device_source: str | None
-    device_reason: str | None = field(default=None, metadata={"omit_if_none": True})
+    device_reason: str | None = omitted_while_none()
 
 
 @dataclass
@@ -90,7 +91,7 @@ class Energy:
     joules_per_image: float | None
     images_per_kwh: float | None
     source: str | None
-    reason: str | None = field(default=None, metadata={"omit_if_none": True})
+    reason: str | None = omitted_while_none()
 
 
 def startup_of(outcomes: Sequence[Trial]) -> StartupSummary:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .energy import EnergyUse, Meter
+from .jsonform import omitted_while_none
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -81,10 +82,10 @@ class ProcessUsage:
     cpu_user_s: float
     cpu_system_s: float
     minor_page_faults: int
-    #: left out of the record while None (``records.to_json``): the kernel did not say
-    anon_huge_pages_bytes: int | None = field(default=None, metadata={"omit_if_none": True})
+    #: left out of the record while None (``jsonform.to_json``): the kernel did not say
+    anon_huge_pages_bytes: int | None = omitted_while_none()
     #: the process's peak resident set since it started (``ru_maxrss``), read at the end: a level
-    peak_resident_bytes: int | None = field(default=None, metadata={"omit_if_none": True})
+    peak_resident_bytes: int | None = omitted_while_none()
 
     @classmethod
     def now(cls) -> ProcessUsage | None:
