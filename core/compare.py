@@ -323,9 +323,15 @@ def _paired_rates(a: Record, b: Record) -> tuple[list[float], list[float], list[
     common = sorted(rounds_a.keys() & rounds_b.keys())
     if not common:
         return None
-    rates_a = [rate for r in common if (rate := rounds_a[r].images_per_sec)]
-    rates_b = [rate for r in common if (rate := rounds_b[r].images_per_sec)]
-    return rates_a, rates_b, [_ran_first(rounds_a[r], rounds_b[r]) for r in common]
+    pairs = [(rounds_a[r], rounds_b[r]) for r in common]
+    return [_rate(x) for x, _ in pairs], [_rate(y) for _, y in pairs], [_ran_first(x, y) for x, y in pairs]
+
+
+def _rate(trial: TrialRow) -> float:
+    """A timed trial's images/sec (its images over its wall time, as the trial row holds them)."""
+    if trial.images_per_sec is None:
+        raise ValueError(f"trial {trial.index} timed no steps: it has no rate to compare")
+    return trial.images_per_sec
 
 
 def _ran_first(a: TrialRow, b: TrialRow) -> bool:
@@ -351,7 +357,7 @@ def _unpaired(a: Record, b: Record, seed: int, confidence: float) -> tuple[float
     step-to-step noise only (the caller withholds a verdict from it)."""
     point = a.images_per_sec() / b.images_per_sec()
     if len(a.trials) > 1 and len(b.trials) > 1:
-        rates = [[(t.images or 0) / (t.wall_time_s or math.inf) for t in r.trials] for r in (a, b)]
+        rates = [[_rate(t) for t in r.trials] for r in (a, b)]
         ci = stats.welch_ratio_interval(rates[0], rates[1], point, confidence)
         count_a, count_b = len(a.trials), len(b.trials)
         return point, ci, min(count_a, count_b), "trials", f"{count_a} vs {count_b} trials"
