@@ -156,8 +156,6 @@ class ScheduledRun:
                 self.finished[index] = True
         self.run_id, self.started = uuid.uuid4().hex, time.monotonic()
         self.rounds_run, self.stop_reason, self.looks = 0, "", 0
-        #: trials started in each round so far: the next one's place in its round
-        self.started_in_round: dict[int, int] = {}
         #: the confidence of the intervals at the last look (``until``), which the records keep so
         #: that ``compare`` reads them as the run did
         self.confidence = 0.95
@@ -213,7 +211,8 @@ class ScheduledRun:
         ctx, trial = self.contexts[index], len(self.contexts[index].outcomes)
         progress = _trial_progress(ctx, trial, observer)
         started = records.utc_now("milliseconds")
-        position = self.started_in_round[round_index] = self.started_in_round.get(round_index, -1) + 1
+        # its place in the round: the trials of this round that ran before it (each kept one outcome)
+        position = sum(o.round == round_index for c in self.contexts for o in c.outcomes)
         try:
             python = self._python(index, observer)
         except envs.EnvironmentError_ as exc:
