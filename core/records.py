@@ -592,15 +592,16 @@ class ResultsWriter:
 
     def write(self, records: list[Record]) -> Path:
         """Merge ``records`` (this run's, all of them so far) into the file; the path written."""
+        # checked once, here; the other writers' records were checked with their file in _on_disk
         for record in records:
             check(record)
         try:
             with _exclusive(self.path, self.LOCK_TIMEOUT_S):
                 others = [] if self.fresh else [r for r in self._on_disk() if _canonical(r) not in self.mine]
-                write_results(self.path, [*others, *records], self.command)
+                write_document(self.path, results_document([*others, *records], self.command).to_json())
         except (TimeoutError, InvalidRecord, OSError, ValueError) as exc:
             self.side_path = self.side_path or self.path.with_name(f"{self.path.stem}.{os.getpid()}.json")
-            write_results(self.side_path, records, self.command)
+            write_document(self.side_path, results_document(records, self.command).to_json())
             print(f"warning: could not write {self.path} ({exc}); this run's records are in {self.side_path}", file=sys.stderr)
             return self.side_path
         self.fresh = False
