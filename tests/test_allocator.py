@@ -186,6 +186,13 @@ def test_huge_page_bytes_are_read_off_smaps_rollup(tmp_path):
     assert allocators.huge_page_bytes(str(tmp_path / "absent")) is None
 
 
+def thp_fault_fallbacks() -> int:
+    """The kernel's count of faults in a huge-page region it had to back with small pages (machine-wide)."""
+    with open("/proc/vmstat") as vmstat:
+        counters = dict(line.split() for line in vmstat)
+    return int(counters.get("thp_fault_fallback", 0))
+
+
 def held_memory_run(accelbench_cli, tmp_path, huge_pages: str) -> dict:
     out = tmp_path / f"{huge_pages}.json"
     result = accelbench_cli(
@@ -219,13 +226,19 @@ def held_memory_run(accelbench_cli, tmp_path, huge_pages: str) -> dict:
     reason="needs a kernel whose THP mode is madvise (always backs every mapping) and glibc >= 2.35",
 )
 def test_huge_pages_on_backs_the_workers_memory_and_off_does_not(accelbench_cli, tmp_path):
-    on, off = (held_memory_run(accelbench_cli, tmp_path, choice) for choice in ("on", "off"))
+    fallbacks_before = thp_fault_fallbacks()
+    on = held_memory_run(accelbench_cli, tmp_path, "on")
+    fallbacks = thp_fault_fallbacks() - fallbacks_before
+    off = held_memory_run(accelbench_cli, tmp_path, "off")
     assert on["config"]["huge_pages"] == "on" and on["settings"]["huge_pages"].startswith(
         "on (GLIBC_TUNABLES has glibc.malloc.hugetlb=1;"
     )
     assert off["config"]["huge_pages"] == "off" and off["settings"]["huge_pages"].startswith("off (")
-    # the 64 MiB held: all of it but its unaligned ends in 2 MiB pages with them on, none without
-    assert on["trials"][0]["process"]["anon_huge_pages_bytes"] >= 60 << 20
+    # the 64 MiB held: all of it but its unaligned ends asked for in 2 MiB pages with them on, none without.
+    # THP is best effort: where the kernel finds no free 2 MiB run it falls back to small pages and counts
+    # it (CI once backed 56 of the 64 MiB), so the pages it could not give are counted with those it gave.
+    huge = on["trials"][0]["process"]["anon_huge_pages_bytes"]
+    assert huge > 0 and huge + fallbacks * (2 << 20) >= 60 << 20, (huge, fallbacks)
     assert off["trials"][0]["process"]["anon_huge_pages_bytes"] < 4 << 20
 
 
