@@ -28,6 +28,7 @@ from dataclasses import dataclass
 #: and a tenth of a core for a whole block is already enough to move a 3% verdict.
 BUSY_SHARE = 0.10
 #: how long the machine is watched, all sides parked, before a block when the run waits for quiet
+#: (lockstep watches a fifth of it before a pair's first block and after a busy one)
 QUIET_CHECK_S = 1.0
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01

@@ -27,7 +27,8 @@ Every side is parked alike, so the wake-up after a stop, whatever it costs, cost
 
 The guard: the CPU time that processes outside the run took during each block is measured
 (``accelbench.busy``) and kept with the block. ``--when-busy wait`` (the default) waits before a
-block until the machine is quiet, and a block that turned out busy is kept in the record but not
+block until the machine is quiet (unless the block just run was quiet: it is the latest watch of
+the machine), and a block that turned out busy is kept in the record but not
 counted, and run again once the machine is quiet; ``--when-busy go`` counts every block, and
 ``compare`` withholds the verdict of a comparison that rests on a busy block.
 """
@@ -220,6 +221,8 @@ class LockstepRun(ScheduledRun):
         self.round_logs: list[list[float]] = []
         self.open_s: list[float] = []
         self.round_s: list[float] = []
+        #: the block just run found the machine quiet (so the next need not watch it first)
+        self._quiet_just_now = False
 
     def live(self) -> list[int]:
         return [i for i in range(len(self.plans)) if not self.finished[i]]
@@ -333,6 +336,7 @@ class LockstepRun(ScheduledRun):
         whose worker fails ends the pair (the blocks the others ran are kept)."""
         calls = {side.index: side.calls_for(self.blocks, self.schedule.block_s) for side in sides}
         redos = 0
+        self._quiet_just_now = False  # the machine is watched before a pair's first block
         for round_index in range(self.blocks):
             for side in sides if round_index % 2 == 0 else sides[::-1]:
                 if not calls[side.index][round_index]:
@@ -347,9 +351,13 @@ class LockstepRun(ScheduledRun):
         """One block of ``side`` that counts: under ``--when-busy wait`` a busy one is kept uncounted
         and run again (at most ``MAX_REDOS_PER_PAIR`` times a pair). Returns the pair's redos so far."""
         while True:
-            self._wait_for_quiet(observer)
+            # a block that ran quiet is the latest watch of the machine: the next one goes at once
+            # (watching again would leave the sides idle for longer than a short block takes)
+            if not self._quiet_just_now:
+                self._wait_for_quiet(observer)
             block = side.block(calls, round_index, self.clock0)
-            if not busy.is_busy(block.foreign_share):
+            self._quiet_just_now = not busy.is_busy(block.foreign_share)
+            if self._quiet_just_now:
                 return redos
             observer.note(
                 f"warning: the machine was busy during a block of {side.ctx.ref.id}: "
