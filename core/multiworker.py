@@ -39,6 +39,7 @@ def run_trial(
     ``launcher`` prefixes every process's command (a private network namespace: ``accelbench.netns``)."""
     services: list[Worker] = []
     workers: list[Worker] = []
+    completed = False
     try:
         for role, env in launch.services:
             services.append(Worker(ref, config, env=env, label=role, launcher=launcher, python=python))
@@ -55,6 +56,7 @@ def run_trial(
         timings = _all(workers, services, "run", on_progress=on_progress)
         memories = _all(workers, services, "device_memory")
         finals = _all(workers, services, "teardown")
+        completed = True
         return [
             TrialOutcome("ok", "", t, p, f, device_memory=m, startup=Startup.of(w.spawned, t.startup, p.compile_s))
             for t, p, f, m, w in zip(timings, prepared, finals, memories, workers)
@@ -66,7 +68,9 @@ def run_trial(
             process.request_exit()
         for process in workers:
             process.close()
-        _finish_services(services)
+        # a job that did not complete leaves its services waiting for peers that will never come
+        # (MXNet's parameter server waits for a dead worker): nothing to wait for, they are killed
+        _finish_services(services, SERVICE_EXIT_GRACE_S if completed else 0.0)
 
 
 def _all(
@@ -127,9 +131,9 @@ def _take(
         answers[rank] = answer
 
 
-def _finish_services(services: list[Worker]) -> None:
-    """Services end on their own once every worker has left; give them a moment, then kill."""
-    deadline = time.monotonic() + SERVICE_EXIT_GRACE_S
+def _finish_services(services: list[Worker], grace_s: float) -> None:
+    """Services end on their own once every worker has left; give them ``grace_s``, then kill."""
+    deadline = time.monotonic() + grace_s
     for service in services:  # queued behind "serve": read once the role has ended
         service.request_exit()
     for service in services:
