@@ -175,7 +175,7 @@ def test_until_decided_respects_the_time_budget(accelbench_cli, tmp_path):
 
 
 def test_until_halfwidth_reaches_the_requested_precision(accelbench_cli, tmp_path):
-    records, _ = twin_run(accelbench_cli, tmp_path, "--until-halfwidth", "2%", "--max-time", "60", "--option", "noise=0.05")
+    records, _ = twin_run(accelbench_cli, tmp_path, "--until-halfwidth", "2%", "--max-time", "60", "--option", "noise=0.03")
     assert records[0]["schedule"]["stop_reason"].startswith("precise: ")
     result = paired(records)
     assert max(result.ratio - result.ci95[0], result.ci95[1] - result.ratio) / result.ratio <= 0.02
