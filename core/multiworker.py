@@ -69,7 +69,7 @@ def run_trial(
         for process in workers:
             process.close()
         # a job that did not complete leaves its services waiting for peers that will never come
-        # (MXNet's parameter server waits for a dead worker): nothing to wait for, they are killed
+        # (a parameter server waits for a dead worker): nothing to wait for, they are killed
         _finish_services(services, SERVICE_EXIT_GRACE_S if completed else 0.0)
 
 

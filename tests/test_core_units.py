@@ -152,8 +152,9 @@ def test_readme_test_command_is_what_ci_runs():
     head = (root / "README.md").read_text().splitlines()[:8]
     assert any("accelbench run" in line and "pip install" in line for line in head)
     test_line = next(line for line in head if line.rstrip().endswith("pytest"))
-    assert "pip install -e '.[all,test]' && pip check && pytest" in test_line
-    assert "pip install -e '.[all,test]' && pip check && pytest" in (root / ".ci" / "run").read_text()
+    command = test_line.split(". .venv/bin/activate && ", 1)[1]  # after the venv
+    assert command == "pip install -e '.[all,test]' && pip check && python tests/lint.py && pytest"
+    assert command in (root / ".ci" / "run").read_text().splitlines()
 
 
 def test_every_run_config_field_is_declared_once():

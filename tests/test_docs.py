@@ -29,7 +29,7 @@ def test_the_readme_is_a_ten_minute_read():
     lines = README.splitlines()
     assert len(lines) <= 250
     assert "pip install -e '.[all]' && accelbench peak && accelbench run" in lines[4]
-    assert lines[6].endswith("pip install -e '.[all,test]' && pip check && pytest")
+    assert lines[6].endswith("pip install -e '.[all,test]' && pip check && python tests/lint.py && pytest")
     # measurements are data: no dated log in the README
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b|\bUTC\b", README)
 
