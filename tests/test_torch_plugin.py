@@ -161,7 +161,7 @@ def test_torch_and_tensorflow_records_of_one_config_compare(accelbench_cli, tmp_
         "--timed-steps",
         "4",
         "--trials",
-        "2",
+        "1",
         "-o",
         str(out),
         timeout=600,
