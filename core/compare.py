@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from . import busy, stats, validation
 from .errors import UsageError
-from .records import Record, ResultsDocument, TrialRow, read_json
+from .records import Record, TrialRow, read_json, results_from_json
 from .schedule import StopRule, parse_fraction
 from .stats import BOOTSTRAP_RESAMPLES
 
@@ -99,8 +99,7 @@ def load_runs(paths: list[str]) -> list[Run]:
 def _records_of(path: Path) -> list[Record]:
     document = read_json(path)
     if isinstance(document, dict) and "records" in document:
-        validation.validate_or_raise("results", document, what=f"results file {path}")
-        return ResultsDocument.from_json(document).records
+        return results_from_json(document, f"results file {path}").records
     if isinstance(document, dict) and "accelbench" in document:  # pytest-benchmark JSON
         block = document["accelbench"]
         if not isinstance(block, dict) or not isinstance(block.get("records"), list):

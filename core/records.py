@@ -654,8 +654,12 @@ def read_json(path: str | Path) -> Any:
 
 def read_document(path: str | Path) -> ResultsDocument:
     """An accelbench results file; UsageError when it is unreadable or invalid."""
-    document = read_json(path)
-    validation.validate_or_raise("results", document, what=f"results file {path}")
+    return results_from_json(read_json(path), f"results file {path}")
+
+
+def results_from_json(document: Any, what: str) -> ResultsDocument:
+    """A results document read from JSON, validated first; UsageError naming ``what`` when invalid."""
+    validation.validate_or_raise("results", document, what=what)
     return ResultsDocument.from_json(document)
 
 
