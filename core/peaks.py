@@ -5,6 +5,10 @@ best of several timed runs of a large matrix product), cached per machine in the
 
 A record gets ``flops.peak_per_sec``, ``flops.peak_source`` and ``flops.utilisation`` (achieved /
 peak) when one of them applies; otherwise none, never a guess.
+
+Beside the peaks, the tuned stacks' published ResNet-50 training throughput per GPU
+(``data/training_anchors.json``, each with its source): what the GPU check holds a plugin's
+images/sec against.
 """
 
 from __future__ import annotations
@@ -46,6 +50,33 @@ def published(kind: str, device_name: str, precision: str, devices: int = 1) -> 
             basis = entry.get("basis", {}).get(precision, precision)
             per = f" x {devices} devices" if devices > 1 else ""
             return Peak(tflops * 1e12 * devices, f"published {basis} dense peak of {entry['match']}{per}: {entry['source']}")
+    return None
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A tuned stack's published ResNet-50 training throughput on one GPU of a kind
+    (``data/training_anchors.json``), or why the GPU has none (``images_per_sec`` None)."""
+
+    match: str
+    images_per_sec: float | None
+    stack: str = ""
+    source: str = ""
+    why_none: str = ""
+
+    def share(self, images_per_sec: float) -> float | None:
+        """A measured throughput as a share of this anchor's (None where there is no anchor)."""
+        return images_per_sec / self.images_per_sec if self.images_per_sec else None
+
+
+def training_anchor(device_name: str) -> Anchor | None:
+    """The per-GPU anchor whose name occurs in ``device_name`` (the first, as in the published
+    peaks' table), or None where the table names no such GPU."""
+    document = json.loads(resources.files("accelbench").joinpath("data/training_anchors.json").read_text())
+    name = device_name.lower()
+    for entry in document["entries"]:
+        if entry["match"].lower() in name:
+            return Anchor(**entry)
     return None
 
 

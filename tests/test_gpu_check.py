@@ -1,6 +1,8 @@
 """The prepared accelerator check (tests/device/gpu_check.py), tested on the CPU: its arguments,
 time budget, summary from records, and a dry run without installs; and the published peaks."""
 
+import copy
+import dataclasses
 import importlib.util
 import json
 import os
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parent / "device" / "gpu_check.py"
+FIXTURE = Path(__file__).parent / "fixtures" / "records-1.11.0.json"
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +168,9 @@ def test_a_dry_run_brings_back_validated_records_and_a_summary(testplugins_path,
     [record] = json.loads((tmp_path / run["record_file"]).read_text())["records"]
     assert record["throughput"]["images_per_sec"] == run["images_per_sec"]
     rows = (tmp_path / "summary.md").read_text().splitlines()
-    assert rows[0] == "| plugin | precision | batch | images/sec | utilisation | date | GPU |"
-    assert rows[2].startswith(f"| sleepy | fp32 | 8 | {run['images_per_sec']:.1f} | - | ")
+    assert rows[0] == "| plugin | precision | batch | images/sec | utilisation | of the per-GPU anchor | date | GPU |"
+    assert rows[2].startswith(f"| sleepy | fp32 | 8 | {run['images_per_sec']:.1f} | - | - | ")
+    assert "anchor: none (no GPU)" in out and run["anchor_share"] is None and summary["standings"] == []
 
 
 def test_a_failed_run_is_a_row_with_its_reason(check, tmp_path):
@@ -251,3 +255,46 @@ def test_a_gpu_record_gets_its_utilisation(monkeypatch, tmp_path):
     assert flops.peak_per_sec == pytest.approx(4 * 125e12) and flops.utilisation == pytest.approx(0.2)
     # no invented peak for a CPU (none measured here either)
     assert run_peak("fp16", DeviceRef("cpu", 1, "AMD EPYC"), tensorflow, environment, devices=1) is None
+
+
+@pytest.mark.parametrize(
+    "gpu, images_per_sec",
+    [
+        ("NVIDIA H200", 7950),
+        ("NVIDIA H100 80GB HBM3", 7160),
+        ("NVIDIA A100-SXM4-80GB", 3411),
+        ("NVIDIA H100 PCIe", None),  # an anchor entry that says why there is none
+        ("NVIDIA H200 NVL", None),
+    ],
+)
+def test_each_gpu_gets_its_tuned_stacks_anchor_or_why_it_has_none(gpu, images_per_sec):
+    from accelbench import peaks
+
+    anchor = peaks.training_anchor(gpu)
+    assert anchor is not None and anchor.images_per_sec == images_per_sec
+    assert (anchor.source and anchor.stack) if images_per_sec else "lower power limit" in anchor.why_none
+    assert peaks.training_anchor("NVIDIA A100-SXM4-40GB") is None and peaks.training_anchor("") is None
+
+
+def test_a_gpu_run_is_held_against_the_anchor_and_the_bar(check, tmp_path):
+    """The arithmetic of the standing, on a record of the CPU made to say it ran on one H200."""
+    from accelbench import peaks
+
+    anchor = dataclasses.asdict(peaks.training_anchor("NVIDIA H200"))
+    source = json.loads(FIXTURE.read_text())
+    (tmp_path / "records").mkdir()
+    lines = []
+    for precision, images_per_sec in (("bf16", 6360.0), ("fp16", 6996.0), ("fp32", 3180.0)):
+        record = copy.deepcopy(source["records"][0])
+        record["device"] = {**record["device"], "kind": "gpu", "count": 1, "name": "NVIDIA H200"}
+        record["throughput"]["images_per_sec"] = images_per_sec
+        path = tmp_path / "records" / f"torch_ref-{precision}.json"
+        path.write_text(json.dumps({**source, "records": [record]}))
+        lines.append(check.line_from_record("torch_ref", precision, path, subprocess.CompletedProcess([], 0), anchor))
+    assert [line.anchor_share for line in lines] == pytest.approx([0.8, 0.88, 0.4])
+    assert lines[0].text().endswith("; 80.0% of the per-GPU anchor")
+    assert check.standings(lines, anchor) == ["standing torch_ref: best fp16 6996.0 img/s, 88.0% of 7,950 (meets the 85% bar)"]
+    lines.pop(1)
+    assert check.standings(lines, anchor) == ["standing torch_ref: best bf16 6360.0 img/s, 80.0% of 7,950 (below the 85% bar)"]
+    assert check.standings(lines, None) == []
+    assert check.anchor_text("NVIDIA H200", anchor).startswith("anchor: 7,950 img/s per GPU, NVIDIA's MXNet")

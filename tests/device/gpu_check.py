@@ -9,8 +9,9 @@ beside it in lockstep, and bring back the records and a summary. One call on a f
 Steps (``--steps``, in the order given), each within its share of ``--budget`` seconds (a step
 that would not fit is skipped and says so; the summary always gets its reserve):
 
-1. header: the GPU's name, driver and CUDA version (nvidia-smi) and, per precision, the published
-   peak the records measure utilisation against (``accelbench.peaks``);
+1. header: the GPU's name, driver and CUDA version (nvidia-smi), per precision the published
+   peak the records measure utilisation against, and the tuned stack's published ResNet-50
+   images/sec per GPU that the runs are held against (``accelbench.peaks``, each with its source);
 2. install: one virtual environment ``.venv-gpu`` (kept while the machine stays warm, so a second
    call skips it) with accelbench and the CUDA builds: ``tensorflow[and-cuda]`` 2.21 and tf-keras,
    and MXNet 1.9.1's newest CUDA build (``mxnet-cu117``, which predates this GPU generation: its
@@ -28,7 +29,8 @@ that would not fit is skipped and says so; the summary always gets its reserve):
    whose bare loop runs on a GPU (torch_ref and jax_flax, fp32 and bf16), one invocation per case
    so a case that does not fit loses no other's rows; both sides on the one GPU, JAX told not to
    take most of its memory up front (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, both sides alike);
-6. summary: ``summary.json`` and ``summary.md`` (the README's "Measured on a GPU" rows, and the
+6. summary: each plugin's best run as a share of the anchor against the 85% bar (``standing``
+   lines), ``summary.json`` and ``summary.md`` (the README's "Measured on a GPU" rows, and the
    reference rows) from the records, every record validated against the schema by accelbench.
 """
 
@@ -74,6 +76,9 @@ INSTALLS = (
     ("accelbench + TensorFlow CUDA", ["-e", str(ROOT), "tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*", "numpy>=1.26,<1.27"]),
     ("MXNet 1.9.1 CUDA", ["mxnet-cu117==1.9.1", "numpy>=1.26,<1.27"]),
 )
+#: #57's bar: each plugin's best mixed precision at this share of the tuned stack's per-GPU
+#: ResNet-50 throughput (``accelbench.peaks.training_anchor``) or more
+ANCHOR_BAR = 0.85
 #: seconds the summary step always keeps, and the least a run is started with
 SUMMARY_RESERVE_S = 20.0
 MIN_RUN_S = 45.0
@@ -112,6 +117,8 @@ class RunLine:
     #: the record's device peak and joules per image, or why it has none (#56)
     device_memory: str = ""
     energy: str = ""
+    #: images/sec as a share of the per-GPU anchor of the GPU found (None: no anchor, or not ok)
+    anchor_share: float | None = None
 
     def text(self) -> str:
         head = f"{self.plugin} {self.precision}" + (f" b{self.batch}" if self.batch else "")
@@ -121,6 +128,7 @@ class RunLine:
         return (
             f"{head}: ok {self.images_per_sec:.1f} img/s{use} on {self.device} ({self.elapsed_s:.0f} s); "
             f"device memory {self.device_memory}; energy {self.energy}"
+            + (f"; {self.anchor_share:.1%} of the per-GPU anchor" if self.anchor_share is not None else "")
         )
 
 
@@ -133,15 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     print(header["line"], flush=True)
     python = sys.executable if args.dry_run else install_offline(args.wheels) if args.wheels else install(budget, out)
     print_peaks(python, header)
+    anchor = training_anchor(python, header)
     lines, reference_rows = [], []
     for step in args.steps:
         if step == "runs":
-            lines += [run_one(python, plugin, precision, args, budget, out) for plugin, precision in selected_runs(args)]
+            lines += [run_one(python, plugin, precision, args, budget, out, anchor) for plugin, precision in selected_runs(args)]
         elif step == "peak":
             measure_peak(python, args, budget, out)
         else:
             reference_rows += [row for case in selected_cases(args) for row in reference_case(python, case, args, budget, out)]
-    summary = summarize(python, out, header, lines, reference_rows)
+    for standing in standings(lines, anchor):
+        print(standing, flush=True)
+    summary = summarize(python, out, header, lines, reference_rows, anchor)
     print(f"summary: {summary}", flush=True)
     return 0
 
@@ -289,6 +300,50 @@ def print_peaks(python: str, header: dict[str, str]) -> None:
     print(shown.stdout.strip() or f"peak: unknown ({shown.stderr.strip()[-200:]})", flush=True)
 
 
+def training_anchor(python: str, header: dict[str, str]) -> dict | None:
+    """The tuned stack's published per-GPU throughput for the GPU found (accelbench's table, read
+    by the interpreter that has accelbench), printed with its source; None where there is none."""
+    if not header["gpu"]:
+        print("anchor: none (no GPU)", flush=True)
+        return None
+    code = (
+        "import dataclasses, json, sys; from accelbench import peaks\n"
+        "anchor = peaks.training_anchor(sys.argv[1])\n"
+        "print(json.dumps(dataclasses.asdict(anchor) if anchor else None))"
+    )
+    done = subprocess.run([python, "-c", code, header["gpu"]], capture_output=True, text=True, timeout=60)
+    try:
+        anchor = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        print(f"anchor: unknown ({done.stderr.strip()[-200:]})", flush=True)
+        return None
+    print(anchor_text(header["gpu"], anchor), flush=True)
+    return anchor if anchor and anchor["images_per_sec"] else None
+
+
+def anchor_text(gpu: str, anchor: dict | None) -> str:
+    if anchor is None:
+        return f"anchor: none for {gpu} (no published per-GPU figure in accelbench's table)"
+    if not anchor["images_per_sec"]:
+        return f"anchor: none for {gpu} ({anchor['why_none']})"
+    return f"anchor: {anchor['images_per_sec']:,.0f} img/s per GPU, {anchor['stack']} ({anchor['source']})"
+
+
+def standings(lines: list[RunLine], anchor: dict | None) -> list[str]:
+    """Per plugin, its best ok run against the anchor and #57's bar (nothing without an anchor)."""
+    if anchor is None:
+        return []
+    best: dict[str, RunLine] = {}
+    for line in lines:
+        if line.anchor_share is not None and (line.plugin not in best or line.anchor_share > best[line.plugin].anchor_share):
+            best[line.plugin] = line
+    return [
+        f"standing {plugin}: best {line.precision} {line.images_per_sec:.1f} img/s, {line.anchor_share:.1%} of "
+        f"{anchor['images_per_sec']:,.0f} ({'meets' if line.anchor_share >= ANCHOR_BAR else 'below'} the {ANCHOR_BAR:.0%} bar)"
+        for plugin, line in best.items()
+    ]
+
+
 def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Path) -> None:
     """``accelbench peak`` on the device: each selected plugin's framework's large matrix product per
     precision."""
@@ -368,7 +423,9 @@ def pairs_that_fit(granted_s: float, pair_s: float, wanted: int) -> int:
     return max(1, min(wanted, int(granted_s // pair_s)))
 
 
-def run_one(python: str, plugin: str, precision: str, args: argparse.Namespace, budget: Budget, out: Path) -> RunLine:
+def run_one(
+    python: str, plugin: str, precision: str, args: argparse.Namespace, budget: Budget, out: Path, anchor: dict | None = None
+) -> RunLine:
     granted = budget.grant(args.time + RUN_OVERHEAD_S, least_s=min(MIN_RUN_S, args.time + 10))
     if granted is None:
         line = RunLine(plugin, precision, "skipped", "time budget spent")
@@ -397,7 +454,7 @@ def run_one(python: str, plugin: str, precision: str, args: argparse.Namespace, 
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=granted + 30, cwd=ROOT)
-        line = line_from_record(plugin, precision, record_file, done)
+        line = line_from_record(plugin, precision, record_file, done, anchor)
     except subprocess.TimeoutExpired:
         line = RunLine(plugin, precision, "timeout", f"no result within {granted:.0f} s")
     line.elapsed_s = time.monotonic() - started
@@ -405,7 +462,9 @@ def run_one(python: str, plugin: str, precision: str, args: argparse.Namespace, 
     return line
 
 
-def line_from_record(plugin: str, precision: str, record_file: Path, done: subprocess.CompletedProcess) -> RunLine:
+def line_from_record(
+    plugin: str, precision: str, record_file: Path, done: subprocess.CompletedProcess, anchor: dict | None = None
+) -> RunLine:
     if not record_file.exists():
         reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}, no record"])[-1]
         return RunLine(plugin, precision, "failed", reason[:300])
@@ -424,6 +483,11 @@ def line_from_record(plugin: str, precision: str, record_file: Path, done: subpr
         record_file=str(record_file.relative_to(record_file.parents[1])),
         device_memory=device_memory_text(record.get("memory")),
         energy=energy_text(record.get("energy")),
+        anchor_share=(
+            tp["images_per_sec"] / anchor["images_per_sec"]
+            if anchor and tp and record["status"] == "ok" and record["device"]["kind"] == "gpu" and record["device"]["count"] == 1
+            else None
+        ),
     )
 
 
@@ -443,7 +507,14 @@ def energy_text(energy: dict | None) -> str:
     return f"{energy['joules_per_image']:.3f} J/image, {energy['images_per_kwh']:.0f} images/kWh ({energy['source']})"
 
 
-def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLine], reference_rows: list[str] = ()) -> Path:
+def summarize(
+    python: str,
+    out: Path,
+    header: dict[str, str],
+    lines: list[RunLine],
+    reference_rows: list[str] = (),
+    anchor: dict | None = None,
+) -> Path:
     """summary.json (every line, the records validated by accelbench) and summary.md (README rows:
     the runs, then the reference step's)."""
     files = sorted(str(p) for p in (out / "records").glob("*.json"))
@@ -461,18 +532,25 @@ def summarize(python: str, out: Path, header: dict[str, str], lines: list[RunLin
         "records_valid": checked is not None and checked.returncode == 0,
         "validation": checked.stdout.strip().splitlines() if checked else [],
         "runs": [asdict(line) for line in lines],
+        "anchor": anchor,
+        "anchor_bar": ANCHOR_BAR,
+        "standings": standings(lines, anchor),
         "reference": list(reference_rows),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    rows = ["| plugin | precision | batch | images/sec | utilisation | date | GPU |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| plugin | precision | batch | images/sec | utilisation | of the per-GPU anchor | date | GPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     rows += [
         f"| {line.plugin} | {line.precision} | {line.batch} | {line.images_per_sec:.1f} | "
-        f"{f'{line.utilisation:.1%}' if line.utilisation is not None else '-'} | {today} | {gpu} |"
+        f"{f'{line.utilisation:.1%}' if line.utilisation is not None else '-'} | "
+        f"{f'{line.anchor_share:.1%}' if line.anchor_share is not None else '-'} | {today} | {gpu} |"
         for line in lines
         if line.status == "ok"
     ]
     rows += [
-        f"| {line.plugin} | {line.precision} | - | {line.status}: {line.reason} | - | {today} | {gpu} |"
+        f"| {line.plugin} | {line.precision} | - | {line.status}: {line.reason} | - | - | {today} | {gpu} |"
         for line in lines
         if line.status != "ok"
     ]
