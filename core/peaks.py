@@ -33,8 +33,9 @@ class Peak:
 
 
 @cache
-def _table() -> list[dict[str, Any]]:
-    document = json.loads(resources.files("accelbench").joinpath("data/accelerator_peaks.json").read_text())
+def _table(name: str) -> list[dict[str, Any]]:
+    """The entries of a published-figures file in ``data/`` (read once)."""
+    document = json.loads(resources.files("accelbench").joinpath(f"data/{name}").read_text())
     entries: list[dict[str, Any]] = document["entries"]
     return entries
 
@@ -42,7 +43,7 @@ def _table() -> list[dict[str, Any]]:
 def published(kind: str, device_name: str, precision: str, devices: int = 1) -> Peak | None:
     """The published dense peak of ``devices`` devices of this name at this precision, or None."""
     name = device_name.lower()
-    for entry in _table():
+    for entry in _table("accelerator_peaks.json"):
         if entry["kind"] == kind and entry["match"].lower() in name:
             tflops = entry["tflops"].get(precision)
             if tflops is None:
@@ -64,17 +65,12 @@ class Anchor:
     source: str = ""
     why_none: str = ""
 
-    def share(self, images_per_sec: float) -> float | None:
-        """A measured throughput as a share of this anchor's (None where there is no anchor)."""
-        return images_per_sec / self.images_per_sec if self.images_per_sec else None
-
 
 def training_anchor(device_name: str) -> Anchor | None:
     """The per-GPU anchor whose name occurs in ``device_name`` (the first, as in the published
     peaks' table), or None where the table names no such GPU."""
-    document = json.loads(resources.files("accelbench").joinpath("data/training_anchors.json").read_text())
     name = device_name.lower()
-    for entry in document["entries"]:
+    for entry in _table("training_anchors.json"):
         if entry["match"].lower() in name:
             return Anchor(**entry)
     return None
