@@ -179,6 +179,14 @@ def plugins() -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
 @click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 @click.option(
+    "--lever",
+    "levers",
+    multiple=True,
+    metavar="KEY=VALUE[,KEY=VALUE]",
+    help="Also run every selected backend with these options added, beside the run as configured, "
+    "so a comparison decides whether the lever helps here (repeatable: one run per lever).",
+)
+@click.option(
     "--schedule",
     "schedule_kind",
     type=click.Choice(["lockstep", "interleaved", "sequential"]),
@@ -254,6 +262,7 @@ def run(
     options: tuple[str, ...],
     output: str | None,
     force: bool,
+    levers: tuple[str, ...],
     schedule_kind: str | None,
     blocks: int | None,
     block_time: str | None,
@@ -280,7 +289,7 @@ def run(
     from .console import ResultsTable
     from .schedule import UNTIL_TRIAL_TIME_S
 
-    config = _run_config(config_file, flags, options)
+    config = _run_config(config_file, {**flags, "levers": levers}, options)
     refs = _selected(plugin_names, backend_names)
     plans = runner.plan(refs, config, _pythons(pythons), [envs.parse_requirements(e) for e in env_matrix])
     runnable = sum(p.precheck is None for p in plans)
@@ -996,7 +1005,7 @@ def training_config(dataset: dict[str, Any], flags: dict[str, Any]) -> dict[str,
 
 
 def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[str, ...]) -> RunConfig:
-    from .config import TF_CNN_PROTOCOL, RunConfig, load_config_file
+    from .config import TF_CNN_PROTOCOL, RunConfig, load_config_file, parse_lever
     from .schedule import parse_duration
 
     data: dict[str, Any] = load_config_file(config_file) if config_file else {}
@@ -1013,6 +1022,8 @@ def _run_config(config_file: str | None, flags: dict[str, Any], options: tuple[s
         data["batch_sizes"] = _int_list(data["batch_sizes"], "--batch-sizes")
     if options:
         data["options"] = {**data.get("options", {}), **dict(map(parse_option, options))}
+    if flags.get("levers"):
+        data["levers"] = [parse_lever(text) for text in flags["levers"]]
     return RunConfig.from_dict(data)
 
 

@@ -111,11 +111,11 @@ def _records_of(path: Path) -> list[Record]:
 
 
 def _backend_id(record: Record) -> str:
-    """The run's label: its backend, and the requirements added to its environment in a version
-    matrix (``--env``), so that two versions of one framework compare as two runs."""
-    added = record.environment.worker.added if record.environment.worker else None
-    matrix = f" [{', '.join(added)}]" if added else ""
-    return f"{record.plugin.name}:{record.backend.name}{matrix}"
+    """The run's label: its backend, and what sets it apart from the backend's other runs (the
+    requirements of a version matrix, a lever), so that two versions of one framework, or a run
+    with and without a lever, compare as two runs."""
+    variation = record.variation()
+    return f"{record.plugin.name}:{record.backend.name}" + (f" [{', '.join(variation)}]" if variation else "")
 
 
 def config_key(record: Record) -> str:

@@ -127,6 +127,13 @@ class RunConfig:
         ),
     )
     options: dict[str, Any] = field(default_factory=dict)  # --option KEY=VALUE, parsed by cli.py
+    #: levers (``--lever``): option sets, each run beside the config as given (a run of every
+    #: selected backend with the set added to its options), so that a comparison decides whether
+    #: the lever helps here; a sweep, expanded by ``expand_sweep`` as ``batch_sizes`` is
+    levers: tuple[dict[str, Any], ...] | None = None
+    #: the options a lever run added to the config's (set by ``expand_sweep``, and in its record):
+    #: empty for the run as configured
+    lever: dict[str, Any] = field(default_factory=dict)
     #: "throughput" (synthetic data, the timing loop) or "train" (a real dataset, to a target top-1)
     mode: str = "throughput"
     #: train mode's ``accelbench.training.TrainSpec`` as a dict (dataset, target, recipe)
@@ -138,14 +145,16 @@ class RunConfig:
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
         validation.validate_or_raise("config", data, what="config")
         data = dict(data)
-        if data.get("batch_sizes") is not None:
-            data["batch_sizes"] = tuple(data["batch_sizes"])
+        for name in ("batch_sizes", "levers"):
+            if data.get(name) is not None:
+                data[name] = tuple(data[name])
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        if out["batch_sizes"] is not None:
-            out["batch_sizes"] = list(out["batch_sizes"])
+        for name in ("batch_sizes", "levers"):
+            if out[name] is not None:
+                out[name] = list(out[name])
         return out
 
     def replace(self, **changes: Any) -> "RunConfig":
@@ -223,11 +232,11 @@ def timed_phase(config: RunConfig) -> dict[str, Any]:
     }
 
 
-def parse_option(text: str) -> tuple[str, Any]:
+def parse_option(text: str, flag: str = "--option") -> tuple[str, Any]:
     """``--option KEY=VALUE``: the value as JSON where it is JSON (numbers, booleans), else the text."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise UsageError(f"--option must be KEY=VALUE, got {text!r}")
+        raise UsageError(f"{flag} must be KEY=VALUE, got {text!r}")
     try:
         return key, json.loads(value)
     except json.JSONDecodeError:
@@ -252,10 +261,39 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def expand_sweep(config: RunConfig) -> list[RunConfig]:
-    """One config per batch size of a sweep (global batches), or the config itself."""
-    if not config.batch_sizes:
-        return [config]
-    return [config.replace(batch_sizes=None, global_batch=b, per_device_batch=None) for b in config.batch_sizes]
+    """One config per batch size of a sweep (global batches), each as given and then with each
+    lever (its options added, and named in ``lever``); or the config itself."""
+    sizes = (
+        [config.replace(batch_sizes=None, global_batch=b, per_device_batch=None) for b in config.batch_sizes]
+        if config.batch_sizes
+        else [config]
+    )
+    if not config.levers:
+        return sizes
+    return [
+        point.replace(levers=None, lever=lever, options={**point.options, **lever}) if lever else point.replace(levers=None)
+        for point in sizes
+        for lever in ({}, *config.levers)
+    ]
+
+
+def lever_text(lever: dict[str, Any]) -> str:
+    """A lever as ``--lever`` takes it: ``compile=true,memory_format=contiguous``."""
+    return ",".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in lever.items())
+
+
+def parse_lever(text: str) -> dict[str, Any]:
+    """``--lever KEY=VALUE[,KEY=VALUE]``: one option set, each value read as ``--option``'s."""
+    items = [item.strip() for item in text.split(",")]
+    if "" in items:
+        raise UsageError(f"--lever must be KEY=VALUE[,KEY=VALUE...], got {text!r}")
+    lever = {}
+    for item in items:
+        key, value = parse_option(item, "--lever")
+        if key in lever:
+            raise UsageError(f"--lever {text!r} sets {key} twice")
+        lever[key] = value
+    return lever
 
 
 def _resolved(value: T | None, name: str) -> T:

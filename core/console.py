@@ -273,9 +273,9 @@ class ResultsTable:
     @staticmethod
     def _row(r: Record) -> list[str | Text]:
         tp, st, fl = r.throughput, r.step_time, r.flops
-        added = r.environment.worker.added if r.environment.worker else None
+        variation = r.variation()
         return [
-            plain(backend_label(r) + (f"\n[{', '.join(added)}]" if added else "")),
+            plain(backend_label(r) + (f"\n[{', '.join(variation)}]" if variation else "")),
             _status(r),
             plain(
                 f"{r.device.kind}x{r.device.count} {r.device.name}".strip()

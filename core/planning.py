@@ -39,6 +39,7 @@ def plan(
     ``matrix``: requirement sets, one run of every backend under each (``--env``)."""
     _refuse_unknown_options(refs, config)
     _refuse_bad_option_values(refs, config)
+    _refuse_bad_levers(refs, config)
     _refuse_unoffered(refs, config)
     _refuse_unknown_plugins(refs, pythons or {})
     allocators.library(config.allocator)  # one that cannot be had here is refused now, not per worker
@@ -137,6 +138,27 @@ def _refuse_bad_option_values(refs: list[BackendRef], config: RunConfig) -> None
             problem = option_spec(declared).problem(value) if declared is not None else None
             if problem:
                 raise UsageError(f"--option {key}: {problem} ({ref.id})")
+
+
+def _refuse_bad_levers(refs: list[BackendRef], config: RunConfig) -> None:
+    """Each lever's options as ``--option``'s are checked; a lever that changes none of the
+    config's options would compare a run with itself; a lever named without its options in them
+    (a config file's ``lever``) would label a run with what it did not ask for."""
+    for lever in config.levers or ():
+        text = configuration.lever_text(lever)
+        try:
+            _refuse_unknown_options(refs, RunConfig(options=lever))
+            _refuse_bad_option_values(refs, RunConfig(options=lever))
+        except UsageError as error:
+            raise UsageError(f"--lever {text}: {error}") from None
+        if all(config.options.get(key, _UNSET) == value for key, value in lever.items()):
+            raise UsageError(f"--lever {text}: the run as configured already sets it (--option), so it changes nothing")
+    if any(config.options.get(key, _UNSET) != value for key, value in config.lever.items()):
+        raise UsageError(f"lever {config.lever}: a run's lever must be among its options ({config.options})")
+
+
+#: an option the config does not set (None may be a value)
+_UNSET = object()
 
 
 def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:

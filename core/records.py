@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 from . import footprint, peaks, stats, validation
 from .backend import DeviceMemory, Prepared
 from .blocks import Block, Cost, Distributed, Environment, Schedule, Training, WorkerEnvironment
-from .config import RunConfig
+from .config import RunConfig, lever_text
 from .errors import UsageError
 from .jsonform import from_json, omitted_while_none, to_object
 from .registry import BackendRef
@@ -272,6 +272,13 @@ class Record:
 
     def run_config(self) -> RunConfig:
         return RunConfig(**self.config)
+
+    def variation(self) -> list[str]:
+        """What sets this run apart from its backend's other runs in one invocation: the
+        requirements added to its environment (``--env``) and its lever (``--lever``)."""
+        added = self.environment.worker.added if self.environment.worker else None
+        lever = self.config.get("lever") or {}
+        return [*(added or []), *([f"lever {lever_text(lever)}"] if lever else [])]
 
     def devices(self) -> int:
         """Devices across every worker of the run."""

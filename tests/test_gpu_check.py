@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parent / "device" / "gpu_check.py"
+PROFILE = Path(__file__).parent / "device" / "torch_profile.py"
 FIXTURE = Path(__file__).parent / "fixtures" / "records-1.11.0.json"
 
 
@@ -135,6 +136,9 @@ def test_a_case_given_fewer_pairs_than_asked_says_so(check, tmp_path, monkeypatc
         (["--steps", "runs,warp"], "--steps: no step warp"),
         (["--rounds", "0"], "must be at least 1"),
         (["--pairs", "0"], "--pairs must be at least 1"),
+        (["--lever-pairs", "0"], "--lever-pairs, --lever-blocks and --pairs must be at least 1"),
+        (["--lever-block-time", "0"], "--lever-block-time must be positive"),
+        (["--levers", "torch_ref:bf16"], "--levers: 'torch_ref:bf16' is not PLUGIN:PRECISION:KEY=VALUE"),
     ],
 )
 def test_bad_steps_and_reference_sizes_are_refused(args, message):
@@ -298,3 +302,137 @@ def test_a_gpu_run_is_held_against_the_anchor_and_the_bar(check, tmp_path):
     assert check.standings(lines, anchor) == ["standing torch_ref: best bf16 6360.0 img/s, 80.0% of 7,950 (below the 85% bar)"]
     assert check.standings(lines, None) == []
     assert check.anchor_text("NVIDIA H200", anchor).startswith("anchor: 7,950 img/s per GPU, NVIDIA's MXNet")
+
+
+def test_the_levers_step_takes_the_selected_plugins_levers_or_those_given(check):
+    torch_only = check.selected_levers(check.parse_args(["--out", "x", "--plugins", "torch_ref"]))
+    assert torch_only and {plugin for plugin, _, _ in torch_only} == {"torch_ref"}
+    assert torch_only[0] == ("torch_ref", "bf16", "cuda_graph=true")
+    assert len(check.selected_levers(check.parse_args(["--out", "x"]))) == len(check.LEVERS)
+    given = check.parse_args(["--out", "x", "--levers", "jax_flax:bf16:xla_flags=--a=1 --b=2; torch_ref:fp16:fused_sgd=true"])
+    assert check.selected_levers(given) == [
+        ("jax_flax", "bf16", "xla_flags=--a=1 --b=2"),
+        ("torch_ref", "fp16", "fused_sgd=true"),
+    ]
+    command = check.lever_command("python", given.levers[0], given, 2, 300.0, Path("out.json"))
+    assert command[command.index("--lever") + 1] == "xla_flags=--a=1 --b=2"
+    assert [command[command.index(flag) + 1] for flag in ("--schedule", "--trials", "--blocks", "--block-time")] == [
+        "lockstep",
+        "2",
+        "6",
+        "2s",
+    ]
+
+
+def test_a_lever_pair_pays_both_start_ups_and_its_blocks_and_a_compile_more(check):
+    args = check.parse_args(["--out", "x", "--lever-blocks", "5", "--lever-block-time", "3"])
+    assert check.lever_pair_s("torch_ref", "fused_sgd=true", args) == 60.0 + 2 * 5 * 3
+    assert check.lever_pair_s("jax_flax", "learning_rate_on_device=true", args) == 140.0 + 30
+    assert check.lever_pair_s("torch_ref", "compile_mode=reduce-overhead", args) == 60.0 + 180.0 + 30
+
+
+def test_a_lever_that_does_not_fit_the_budget_is_skipped_and_said(check, tmp_path, capsys):
+    args = check.parse_args(["--out", str(tmp_path)])
+    line = check.measure_lever(
+        "python", ("jax_flax", "bf16", "learning_rate_on_device=true"), args, check.Budget(100.0), tmp_path
+    )
+    assert (line.status, line.reason) == ("skipped", "time budget spent")
+    assert "lever jax_flax bf16 learning_rate_on_device=true: skipped time budget spent" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "a, ratio, ci, per_unit, expected",
+    [
+        ("torch_ref:resnet50 [lever cuda_graph=true]", 1.20, [1.10, 1.30], [1.1, 1.3], (1.20, (1.10, 1.30), "wins")),
+        ("torch_ref:resnet50", 1.25, [1.20, 1.30], [1.2, 1.3], (0.8, (1 / 1.30, 1 / 1.20), "loses")),
+        ("torch_ref:resnet50", 1.0, [0.95, 1.05], [0.97, 1.03, 1.0], (1.0, (1 / 1.05, 1 / 0.95), "undecided")),
+        ("torch_ref:resnet50 [lever cuda_graph=true]", 1.2, [1.2, 1.2], [1.2], (1.2, None, "one pair (no interval)")),
+    ],
+)
+def test_a_levers_line_is_its_speed_over_the_plugin_as_shipped(check, a, ratio, ci, per_unit, expected):
+    """``accelbench compare`` orders the two runs as it finds them: the line turns the ratio (and
+    its interval) to lever over shipped, and says wins/loses only where the interval says so."""
+    other = "torch_ref:resnet50" if "lever" in a else "torch_ref:resnet50 [lever cuda_graph=true]"
+    comparison = {"a": a, "b": other, "ratio": ratio, "ci95": ci, "per_unit": per_unit, "single_sample": len(per_unit) < 2}
+    line = check.lever_from_comparison(("torch_ref", "bf16", "cuda_graph=true"), comparison, "records/x.json")
+    want_ratio, want_ci, verdict = expected
+    assert line.ratio == pytest.approx(want_ratio) and line.verdict == verdict and line.pairs == len(per_unit)
+    assert (line.ci95 is None) if want_ci is None else line.ci95 == pytest.approx(want_ci)
+
+
+def test_a_dry_run_of_the_levers_step_decides_a_lever_and_tables_it(testplugins_path, tmp_path):
+    result = run_script(
+        "--out",
+        str(tmp_path),
+        "--dry-run",
+        "--device",
+        "cpu",
+        "--steps",
+        "levers",
+        "--levers",
+        "sleepy:fp32:scale=0.8",
+        "--lever-pairs",
+        "2",
+        "--lever-blocks",
+        "3",
+        "--lever-block-time",
+        "0.2",
+        "--budget",
+        "200",
+        env={"PYTHONPATH": str(testplugins_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("lever sleepy fp32 scale=0.8: ")]
+    assert "over 2 pair(s): wins" in line, line
+    [lever] = json.loads((tmp_path / "summary.json").read_text())["levers"]
+    assert lever["ratio"] == pytest.approx(1 / 0.8, rel=0.05) and lever["ci95"][0] > 1
+    records = json.loads((tmp_path / lever["record_file"]).read_text())["records"]
+    assert [r["config"]["lever"] for r in records] == [{}, {"scale": 0.8}]
+    rows = (tmp_path / "summary.md").read_text().splitlines()
+    assert any(row.startswith("| sleepy | fp32 | `scale=0.8` | 1.2") and row.endswith("| 2 | wins |") for row in rows), rows
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64", "convolution"),
+        ("void cudnn::bn_fw_tr_1C11_singleread<__nv_bfloat16, 512, true, 1, 2, 0>", "batch norm"),
+        ("cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>", "matrix product"),
+        ("void at::native::multi_tensor_apply_kernel<at::native::FusedSgdMathFunctor<float, 1>>", "optimizer update"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda>", "copy and layout"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::launch_clamp_scalar>", "elementwise"),
+        ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps>>", "reduction and loss"),
+        ("aten::mkldnn_convolution", "convolution"),
+        ("aten::native_batch_norm_backward", "batch norm"),
+        ("aten::_fused_sgd_", "optimizer update"),
+        ("aten::addmm", "matrix product"),
+        ("aten::relu_", "elementwise"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication"),
+        ("void at::native::im2col_kernel<float>", "other"),
+    ],
+)
+def test_a_kernel_is_filed_under_its_category_by_its_name(name, expected):
+    spec = importlib.util.spec_from_file_location("torch_profile", PROFILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.category(name) == expected
+
+
+def test_the_torch_profile_sums_a_steps_time_by_category_at_each_precision(tmp_path):
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, str(PROFILE), "--out", str(tmp_path), "--device", "cpu", "--precisions", "fp32,bf16"]
+        + ["--model", "resnet_small", "--batch", "4", "--image-size", "16", "--warmup", "1", "--steps", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads((tmp_path / "torch-profile.json").read_text())["results"]
+    assert [results[p]["settings"]["autocast_dtype"] for p in ("fp32", "bf16")] == [None, "bfloat16"]
+    for precision, result in results.items():
+        categories = result["categories"]
+        assert {"convolution", "batch norm", "optimizer update"} <= set(categories), (precision, categories)
+        assert sum(c["share"] for c in categories.values()) == pytest.approx(1.0, abs=0.01)
+        assert result["measured"] == "operators' own CPU time" and result["step_ms"] > 0
+    assert done.stdout.startswith("fp32: ") and "\nbf16: " in done.stdout and "convolution" in done.stdout

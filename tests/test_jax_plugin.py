@@ -95,6 +95,26 @@ def test_flax_fp32_computes_in_fp32():
     assert 0 < startup["compile_s"] < startup["worker_to_first_step_s"]
     assert record["startup"]["compile_s"] == startup["compile_s"]
     assert record["memory"]["device_reason"].startswith("a CPU run")
+    assert record["settings"]["learning_rate_argument"] == "Python float (converted at every call)"
+
+
+def test_the_step_argument_levers_are_read_back_and_compute_the_same():
+    """The learning rate passed as an array on the device, made once, and XLA flags through the
+    plugin: the record reads both back from the worker, and the losses are the float's, exactly."""
+    flag = "--xla_cpu_enable_fast_math=false"  # XLA's CPU default: changes nothing but the flags
+    default = run_backend("jax_flax", precision="fp32", timed_steps=3, warmup_steps=0, **SMALL)
+    levers = run_backend(
+        "jax_flax",
+        precision="fp32",
+        timed_steps=3,
+        warmup_steps=0,
+        options={"learning_rate_on_device": True, "xla_flags": flag},
+        **SMALL,
+    )
+    assert levers["status"] == "ok", levers["reason"]
+    assert levers["settings"]["learning_rate_argument"] == "float32 array on 1 device(s), made once per rate"
+    assert flag in levers["settings"]["xla_flags"].split() and flag not in default["settings"]["xla_flags"]
+    assert levers["trials"][0]["losses"] == default["trials"][0]["losses"]
 
 
 def test_flax_data_parallel_over_two_local_devices():

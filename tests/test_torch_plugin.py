@@ -175,3 +175,44 @@ def test_torch_and_tensorflow_records_of_one_config_compare(accelbench_cli, tmp_
     [pair] = json.loads(compared.stdout)["comparisons"]
     assert {pair["a"], pair["b"]} == {"torch_ref:resnet50", "tf_benchmarks:resnet50"}
     assert pair["analysis"].startswith("lockstep pairs")  # two runs of one invocation: lockstep
+
+
+def test_torch_compiles_mode_is_read_back_from_the_compiled_module():
+    """``compile_mode`` is read back from what torch.compile set in its compiler's config (no
+    compilation needed: the config is fixed when the module is wrapped)."""
+    import torch
+    from accelbench.plugins.torch_ref.training import compile_read_back
+
+    layer = torch.nn.Linear(2, 2)
+    assert compile_read_back(torch.compile(layer)) == {"compile_cudagraphs": False, "compile_max_autotune": False}
+    assert compile_read_back(torch.compile(layer, mode="reduce-overhead"))["compile_cudagraphs"] is True
+    assert compile_read_back(torch.compile(layer, mode="max-autotune-no-cudagraphs")) == {
+        "compile_cudagraphs": False,
+        "compile_max_autotune": True,
+    }
+    assert compile_read_back(layer) == {"compile_cudagraphs": None, "compile_max_autotune": None}  # not compiled: not said
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        (dict(device="cpu", precision="fp32"), "needs a GPU"),
+        (dict(device="gpu", precision="fp16"), "gradient scaler"),
+        (dict(device="gpu", precision="bf16", workers=2), "one process"),
+        (dict(device="gpu", precision="bf16", options={"compile": True}), "compile_mode=reduce-overhead"),
+        (dict(device="gpu", precision="bf16", mode="train"), "train mode"),
+        (dict(device="gpu", precision="bf16"), None),
+    ],
+)
+def test_the_whole_step_cuda_graph_says_what_it_cannot_hold(config, problem):
+    from accelbench.plugins.torch_ref.training import cuda_graph_problem
+
+    options = {"cuda_graph": True, **config.pop("options", {})}
+    said = cuda_graph_problem(RunConfig(options=options, **config))
+    assert (said is None) if problem is None else (problem in said), said
+    assert cuda_graph_problem(RunConfig(device="cpu", precision="fp32")) is None  # not asked
+
+
+def test_a_cuda_graph_on_the_cpu_is_an_unavailable_record():
+    record = run_backend("torch_ref", options={"cuda_graph": True}, **SMALL)
+    assert record["status"] == "unavailable" and "cuda_graph: a CUDA graph needs a GPU" in record["reason"], record

@@ -7,7 +7,7 @@ XLA makes of it is read from the compiled step, ``hlo``) or fp32. JAX needs nump
 from __future__ import annotations
 
 import accelbench
-from accelbench import BackendInfo, Prepared, RunConfig
+from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend
 from accelbench.plugins.extras import extra
 
@@ -48,6 +48,17 @@ class FlaxResNet50(RunBackend):
         default_batch={"cpu": 8, "gpu": 256, "tpu": 1024},
         version=VERSION,
         description="Flax ResNet-50 v1.5, jitted optax SGD step, jax.sharding data parallel, bf16 by default",
+        options={
+            "learning_rate_on_device": Option(
+                "pass the step its learning rate as an array already on the devices, made once per "
+                "rate, instead of a Python float converted at every call (default false)",
+                kind="bool",
+            ),
+            "xla_flags": Option(
+                "flags added to XLA_FLAGS before JAX starts, e.g. "
+                "'--xla_gpu_enable_latency_hiding_scheduler=true' (read back from the worker's XLA_FLAGS)"
+            ),
+        },
         # tcmalloc measured 1.222x the C library's malloc (95% CI 1.145-1.304) on the Zen 4 CPU, bf16
         # (README, levers): with glibc's malloc a step took ~330,000 page faults and 0.67 s of kernel CPU
         data_format="imagefolder",

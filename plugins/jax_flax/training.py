@@ -25,9 +25,12 @@ _joined: list[bool] = []
 def import_jax(config: RunConfig):
     """JAX, with ``device_count`` host devices on a CPU (XLA reads the flag once, at start), and
     joined to its multi-process job when the engine set one up (before any device is touched)."""
+    flags = [config.options.get("xla_flags", "")]
     if config.device == "cpu" and config.resolved_device_count > 1:
-        flag = f"--xla_force_host_platform_device_count={config.resolved_device_count}"
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+        flags.append(f"--xla_force_host_platform_device_count={config.resolved_device_count}")
+    for flag in filter(None, flags):
+        if flag not in os.environ.get("XLA_FLAGS", ""):  # the check and the run share the process
+            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     import jax
 
     if os.environ.get(COORDINATOR) and not _joined:
@@ -116,6 +119,9 @@ class JaxRun:
         self.state = jax.device_put(state, self.replicated)
         self.images, self.labels = self._synthetic(jax, shape)
         self._step = jax.jit(self._train_step, donate_argnums=0)
+        #: the learning rate as the step gets it: a Python float, or (option learning_rate_on_device)
+        #: an array on the devices made once per rate
+        self.rates_on_device: dict[float, object] | None = {} if config.options.get("learning_rate_on_device") else None
 
     @property
     def channels(self) -> int:
@@ -165,8 +171,18 @@ class JaxRun:
         return self._run_step(self.images, self.labels, self.learning_rate)
 
     def _run_step(self, images, labels, learning_rate: float) -> float:
-        self.state, loss = self._step(self.state, images, labels, learning_rate)
+        self.state, loss = self._step(self.state, images, labels, self._rate(learning_rate))
         return float(loss.block_until_ready())  # the step has finished on every device
+
+    def _rate(self, learning_rate: float):
+        """The rate as the step is passed it: the float, or its array on the devices (made once)."""
+        if self.rates_on_device is None:
+            return learning_rate
+        if learning_rate not in self.rates_on_device:
+            import jax.numpy as jnp
+
+            self.rates_on_device[learning_rate] = self.jax.device_put(jnp.float32(learning_rate), self.replicated)
+        return self.rates_on_device[learning_rate]
 
     def weights_checksum(self) -> float:
         """Sum of every parameter (this process's replica), float64: equal on every worker."""
@@ -211,10 +227,17 @@ class JaxRun:
                 "processes": jax.process_count(),
                 "data_parallel": f"jax.sharding over {len(self.devices)} device(s)",
                 "jit": "jax.jit, state donated",
+                "learning_rate_argument": self._rate_read_back(),
                 "xla_flags": os.environ.get("XLA_FLAGS", ""),
                 "flops_counted_by": "conv and dense layers of the Flax model (kernel x output shapes)",
             },
         )
+
+    def _rate_read_back(self) -> str:
+        rate = self._rate(self.learning_rate)
+        if isinstance(rate, float):
+            return "Python float (converted at every call)"
+        return f"{rate.dtype} array on {len(rate.sharding.device_set)} device(s), made once per rate"
 
     def _compiled_step_hlo(self) -> str:
         """The step as XLA compiled it for this run's shapes and devices (optimised HLO text). Compiled
@@ -228,7 +251,7 @@ class JaxRun:
         )
         labels = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self.batch_sharded)
         started = time.perf_counter()
-        compiled = self._step.lower(self.state, images, labels, self.learning_rate).compile()
+        compiled = self._step.lower(self.state, images, labels, self._rate(self.learning_rate)).compile()
         self.compile_s = time.perf_counter() - started
         return compiled.as_text()
 

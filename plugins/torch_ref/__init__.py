@@ -102,6 +102,16 @@ class TorchResNet50(RunBackend):
         description="torchvision ResNet-50 v1.5, plain PyTorch SGD step, channels-last, autocast",
         options={
             "compile": Option("torch.compile the model (default false)", kind="bool"),
+            "compile_mode": Option(
+                "torch.compile's mode (implies compile=true): reduce-overhead replays the compiled "
+                "forward and backward as CUDA graphs on a GPU",
+                choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+            ),
+            "cuda_graph": Option(
+                "capture the whole training step (forward, backward, SGD update) once as a CUDA "
+                "graph and replay it each step (GPU, bf16 or fp32, one process; default false)",
+                kind="bool",
+            ),
             "nesterov": Option("Nesterov momentum (default false, as the torchvision reference)", kind="bool"),
             "fused_sgd": Option(
                 "SGD's fused kernel (one update over every tensor, the same weights; "

@@ -10,6 +10,10 @@ from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, c_stdout
 from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 WEIGHT_DECAY = 1e-4  # torchvision's reference recipe
+#: eager steps on a side stream before a CUDA graph is captured (PyTorch's whole-network capture
+#: recipe): cuDNN's autotuner, lazily made handles and the optimizer's momentum buffers are set up
+#: by them, outside the graph; they train the model as any step does, before the warm-up
+GRAPH_WARMUP_STEPS = 3
 BASE_LEARNING_RATE = 0.1  # per 256 images, scaled linearly with the global batch
 MOMENTUM = 0.9
 
@@ -50,7 +54,31 @@ def device_problem(config: RunConfig) -> str | None:
         )
     if config.device == "gpu" and not torch.cuda.is_available():
         return "no GPU visible to PyTorch (torch.cuda.is_available() is False)"
+    return cuda_graph_problem(config)
+
+
+def cuda_graph_problem(config: RunConfig) -> str | None:
+    """Why the whole-step CUDA graph (option ``cuda_graph``) cannot hold this run, or None."""
+    if not config.options.get("cuda_graph"):
+        return None
+    if config.device != "gpu":
+        return "cuda_graph: a CUDA graph needs a GPU; this run is on the CPU"
+    if config.resolved_precision == "fp16":
+        return (
+            "cuda_graph: fp16's gradient scaler reads its overflow check on the host every step, "
+            "which a CUDA graph cannot hold; use bf16 or fp32"
+        )
+    if config.workers > 1:
+        return "cuda_graph: captured for one process; DistributedDataParallel's all-reduce is not in the graph"
+    if config.mode == "train":
+        return "cuda_graph: the graph replays one batch and a fixed learning rate; train mode changes both"
+    if _compiling(config):
+        return "cuda_graph: with torch.compile, ask for its own CUDA graphs (compile_mode=reduce-overhead)"
     return None
+
+
+def _compiling(config: RunConfig) -> bool:
+    return bool(config.options.get("compile")) or "compile_mode" in config.options
 
 
 def resnet_small(torch, num_classes: int, channels: int = 3):
@@ -151,13 +179,16 @@ class TorchRun:
             self.net = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device.index] if config.device == "gpu" else None
             )
-        self.compiled = bool(config.options.get("compile", False))
+        self.compiled = _compiling(config)
         if self.compiled:
-            self.net = torch.compile(self.net)
+            self.net = torch.compile(self.net, mode=config.options.get("compile_mode"))
         self.optimizer = self._optimizer()
         self.autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.resolved_precision]
         self.scaler = torch.amp.GradScaler("cuda") if config.resolved_precision == "fp16" else None
         self.images, self.labels = self._synthetic()
+        self.graph = self.graph_loss = None
+        if config.options.get("cuda_graph"):
+            self.graph, self.graph_loss = self._capture()
 
     @property
     def channels(self) -> int:
@@ -216,15 +247,21 @@ class TorchRun:
         return self.torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
 
     def step(self) -> float:
+        if self.graph is not None:
+            self.graph.replay()
+            return self._finished(self.graph_loss)
         return self._step(self.images, self.labels)
 
     def _step(self, images, labels) -> float:
-        torch = self.torch
         self.optimizer.zero_grad(set_to_none=True)
+        return self._finished(self._forward_backward_update(images, labels))
+
+    def _forward_backward_update(self, images, labels):
+        """One step's work after its gradients were cleared; the loss, on the device."""
         with self._autocast():
             logits = self.net(images)
         smoothing = (self.config.train or {}).get("label_smoothing", 0.0)
-        loss = torch.nn.functional.cross_entropy(logits.float(), labels, label_smoothing=smoothing)  # fp32 loss
+        loss = self.torch.nn.functional.cross_entropy(logits.float(), labels, label_smoothing=smoothing)  # fp32 loss
         if self.scaler:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -232,10 +269,31 @@ class TorchRun:
         else:
             loss.backward()
             self.optimizer.step()
+        return loss
+
+    def _finished(self, loss) -> float:
         value = loss.item()  # bringing the loss to the host waits for the step
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            self.torch.cuda.synchronize(self.device)
         return value
+
+    def _capture(self):
+        """The whole step as one CUDA graph (PyTorch's whole-network capture): a few eager steps
+        on a side stream, then one step captured with the gradients cleared to None, so that
+        backward writes them (not adds to them) from the graph's own memory at every replay."""
+        torch = self.torch
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(GRAPH_WARMUP_STEPS):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._forward_backward_update(self.images, self.labels)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            loss = self._forward_backward_update(self.images, self.labels)
+        return graph, loss
 
     def weights_checksum(self) -> float:
         """Sum of every parameter, float64: equal on every worker of an in-sync run."""
@@ -285,6 +343,8 @@ class TorchRun:
                 if conv.weight.is_contiguous(memory_format=torch.channels_last)
                 else "contiguous",
                 "compile": self.compiled,
+                **(compile_read_back(self.net) if self.compiled else {}),
+                "cuda_graph": self._graph_read_back(),
                 "ddp": self.distributed,
                 "process_group_backend": torch.distributed.get_backend() if self.distributed else None,
                 "world_size": torch.distributed.get_world_size() if self.distributed else 1,
@@ -298,6 +358,14 @@ class TorchRun:
 
     def _device_name(self) -> str:
         return device_name(self.torch, self.device)
+
+    def _graph_read_back(self) -> str | bool:
+        if self.graph is None:
+            return False
+        return (
+            f"whole step captured once (forward, backward, SGD update; after {GRAPH_WARMUP_STEPS} eager steps), "
+            "replayed every step"
+        )
 
     def device_memory(self) -> DeviceMemory:
         """The caching allocator's largest pool (what the GPU had to hold), beside the largest
@@ -345,6 +413,15 @@ class TorchRun:
         except AssertionError:  # how PyTorch says its oneDNN was built without the verbose switch
             return onednn_unread()
         return onednn_verbose_read_back(log.text)
+
+
+def compile_read_back(compiled) -> dict:
+    """What torch.compile's mode set in the compiler's config, read from the compiled module: its
+    CUDA graphs (reduce-overhead) and GEMM/convolution autotuning (max-autotune); None where this
+    PyTorch does not say (``get_compiler_config`` came with PyTorch 2.4)."""
+    read = getattr(compiled, "get_compiler_config", None)
+    config = (read() if read else None) or {}
+    return {"compile_cudagraphs": config.get("triton.cudagraphs"), "compile_max_autotune": config.get("max_autotune")}
 
 
 def cpu_bf16_warnings(config: RunConfig, onednn: dict[str, str | None]) -> list[str]:

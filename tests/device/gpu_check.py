@@ -29,9 +29,19 @@ that would not fit is skipped and says so; the summary always gets its reserve):
    whose bare loop runs on a GPU (torch_ref and jax_flax, fp32 and bf16), one invocation per case
    so a case that does not fit loses no other's rows; both sides on the one GPU, JAX told not to
    take most of its memory up front (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, both sides alike);
-6. summary: each plugin's best run as a share of the anchor against the 85% bar (``standing``
-   lines), ``summary.json`` and ``summary.md`` (the README's "Measured on a GPU" rows, and the
-   reference rows) from the records, every record validated against the schema by accelbench.
+6. ``levers``: each (plugin, precision, lever) of ``LEVERS`` (or ``--levers``) as one
+   ``accelbench run --lever ... --schedule lockstep``: the plugin as it ships and the plugin with
+   the lever, warm workers taking turns on the one GPU, ``--lever-pairs`` pairs of processes; its
+   line is the lever's speed over the plugin's as shipped with the interval over the pairs
+   (``accelbench compare``) and whether the lever wins, loses or is undecided. A lever changes
+   how the step runs, never the work (#57);
+7. ``profile``: ``tests/device/torch_profile.py``: torch_ref's step at bf16 and at fp16 under
+   ``torch.profiler``, its GPU time by kernel category (``torch-profile.json``): where bf16 loses
+   to fp16;
+8. summary: each plugin's best run as a share of the anchor against the 85% bar (``standing``
+   lines), ``summary.json`` and ``summary.md`` (the README's "Measured on a GPU" rows, the
+   reference rows and the lever table) from the records, every record validated against the
+   schema by accelbench.
 """
 
 from __future__ import annotations
@@ -66,7 +76,28 @@ RUNS = (
 )
 #: bench_reference's cases whose bare loop runs on a GPU, and their plugins
 REFERENCE_CASES = {"torch-bf16": "torch_ref", "torch-fp32": "torch_ref", "jax-bf16": "jax_flax", "jax-fp32": "jax_flax"}
-STEPS = ("runs", "peak", "reference")
+STEPS = ("runs", "peak", "reference", "levers", "profile")
+#: the profile step: two precisions' builds, warm-ups and profiled steps at the study's batch
+PROFILE_S = 150.0
+#: the levers step's table: (plugin, precision, lever as ``accelbench run --lever`` takes it), the
+#: levers #57 names for each plugin's mixed precision, most promising first (the budget may not
+#: reach the last): the whole step as a CUDA graph, torch.compile's CUDA graphs, PyTorch's fused
+#: SGD update on the GPU (its for-each one by default), the contiguous format against channels-last;
+#: JAX's learning rate already on the device, XLA's latency-hiding scheduler
+LEVERS = (
+    ("torch_ref", "bf16", "cuda_graph=true"),
+    ("jax_flax", "bf16", "learning_rate_on_device=true"),
+    ("torch_ref", "bf16", "fused_sgd=true"),
+    ("torch_ref", "fp16", "fused_sgd=true"),
+    ("torch_ref", "bf16", "compile_mode=reduce-overhead"),
+    ("jax_flax", "bf16", "xla_flags=--xla_gpu_enable_latency_hiding_scheduler=true"),
+    ("torch_ref", "bf16", "memory_format=contiguous"),
+)
+#: a lever pair's two start-ups and warm-ups on the device, per plugin (the reference step's pairs on
+#: the H200: JAX ~135 s, PyTorch ~55 s); torch.compile compiles the model in each process on top
+LEVER_OVERHEAD_S = {"torch_ref": 60.0, "jax_flax": 140.0}
+DEFAULT_LEVER_OVERHEAD_S = 60.0
+COMPILE_OVERHEAD_S = 180.0
 #: a lockstep pair's two start-ups (imports, cuDNN autotuning, XLA compiles) and warm-up steps:
 #: on the H200 a JAX pair took ~135 s beside its rounds, a PyTorch one ~55 s
 REFERENCE_OVERHEAD_S = 140.0
@@ -132,6 +163,31 @@ class RunLine:
         )
 
 
+@dataclass
+class LeverLine:
+    plugin: str
+    precision: str
+    lever: str
+    status: str
+    reason: str = ""
+    #: images/sec with the lever over the plugin as it ships, pooled over the pairs, and the
+    #: interval over the pairs (None: under two pairs, or no comparison)
+    ratio: float | None = None
+    ci95: tuple[float, float] | None = None
+    pairs: int = 0
+    #: "wins" (the interval above 1), "loses" (below), "undecided", or "one pair" (no interval)
+    verdict: str = ""
+    elapsed_s: float = 0.0
+    record_file: str = ""
+
+    def text(self) -> str:
+        head = f"lever {self.plugin} {self.precision} {self.lever}"
+        if self.status != "ok":
+            return f"{head}: {self.status} {self.reason}".strip() + f" ({self.elapsed_s:.0f} s)"
+        interval = f" ({self.ci95[0]:.3f}-{self.ci95[1]:.3f})" if self.ci95 else ""
+        return f"{head}: x{self.ratio:.3f}{interval} over {self.pairs} pair(s): {self.verdict} ({self.elapsed_s:.0f} s)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
@@ -142,17 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     python = sys.executable if args.dry_run else install_offline(args.wheels) if args.wheels else install(budget, out)
     print_peaks(python, header)
     anchor = training_anchor(python, header)
-    lines, reference_rows = [], []
+    lines, reference_rows, levers = [], [], []
     for step in args.steps:
         if step == "runs":
             lines += [run_one(python, plugin, precision, args, budget, out, anchor) for plugin, precision in selected_runs(args)]
         elif step == "peak":
             measure_peak(python, args, budget, out)
-        else:
+        elif step == "reference":
             reference_rows += [row for case in selected_cases(args) for row in reference_case(python, case, args, budget, out)]
+        elif step == "levers":
+            levers += [measure_lever(python, lever, args, budget, out) for lever in selected_levers(args)]
+        else:
+            profile_precisions(python, args, budget, out)
     for standing in standings(lines, anchor):
         print(standing, flush=True)
-    summary = summarize(python, out, header, lines, reference_rows, anchor)
+    summary = summarize(python, out, header, lines, reference_rows, anchor, levers)
     print(f"summary: {summary}", flush=True)
     return 0
 
@@ -182,6 +242,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "for --rounds rounds, the pair the unit of the interval (bench_reference --pairs; a pair "
         "pays both start-ups: cuDNN's autotuner and XLA choose once per process); default 1",
     )
+    parser.add_argument(
+        "--levers",
+        help="the levers step's cases, semicolon-separated PLUGIN:PRECISION:KEY=VALUE[,KEY=VALUE] "
+        "(default: the built-in table's for the selected plugins)",
+    )
+    parser.add_argument("--lever-pairs", type=int, default=2, help="the levers step's pairs of processes a lever (default 2)")
+    parser.add_argument("--lever-blocks", type=int, default=6, help="the levers step's rounds of blocks a pair (default 6)")
+    parser.add_argument("--lever-block-time", type=float, default=2.0, help="the levers step's seconds a block (default 2)")
     args = parser.parse_args(argv)
     if not args.out:
         parser.error("--out is required (or set $OUT)")
@@ -191,9 +259,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [step for step in args.steps if step not in STEPS]
     if unknown:
         parser.error(f"--steps: no step {', '.join(unknown)} (there are {', '.join(STEPS)})")
-    if min(args.batch, args.rounds, args.block, args.pairs) < 1:
-        parser.error("--batch, --rounds, --block and --pairs must be at least 1")
+    if min(args.batch, args.rounds, args.block, args.pairs, args.lever_pairs, args.lever_blocks) < 1:
+        parser.error("--batch, --rounds, --block, --lever-pairs, --lever-blocks and --pairs must be at least 1")
+    if args.lever_block_time <= 0:
+        parser.error("--lever-block-time must be positive")
+    if args.levers:
+        try:
+            args.levers = [parse_lever_case(text) for text in args.levers.split(";") if text.strip()]
+        except ValueError as error:
+            parser.error(f"--levers: {error}")
     return args
+
+
+def parse_lever_case(text: str) -> tuple[str, str, str]:
+    """``PLUGIN:PRECISION:KEY=VALUE[,KEY=VALUE]`` (a value may hold colons: XLA's flags do not, paths may)."""
+    plugin, _, rest = text.strip().partition(":")
+    precision, _, lever = rest.partition(":")
+    if not (plugin and precision and "=" in lever):
+        raise ValueError(f"{text!r} is not PLUGIN:PRECISION:KEY=VALUE")
+    return plugin, precision, lever
+
+
+def selected_levers(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """The levers step's cases: ``--levers``, else the table's for the selected plugins."""
+    if args.levers:
+        return list(args.levers)
+    wanted = args.plugins.split(",") if args.plugins else {plugin for plugin, _, _ in LEVERS}
+    return [case for case in LEVERS if case[0] in wanted]
 
 
 def selected_runs(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -367,6 +459,24 @@ def measure_peak(python: str, args: argparse.Namespace, budget: Budget, out: Pat
         print(f"peak: stopped after {granted:.0f} s (its share of the budget)", flush=True)
 
 
+def profile_precisions(python: str, args: argparse.Namespace, budget: Budget, out: Path) -> None:
+    """torch_ref's step under torch.profiler at bf16 and fp16 (``torch_profile.py``), its tables printed."""
+    granted = budget.grant(PROFILE_S, least_s=60.0)
+    if granted is None:
+        print("profile: skipped, time budget spent", flush=True)
+        return
+    precisions = "bf16,fp16" if args.device == "gpu" else "fp32,bf16"  # a CPU has no fp16 autocast here
+    command = [python, str(ROOT / "tests" / "device" / "torch_profile.py"), "--out", str(out), "--device", args.device]
+    command += ["--precisions", precisions, "--batch", str(args.batch)]
+    log = out / "torch-profile.log"
+    try:
+        with open(log, "w") as fh:
+            subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, timeout=granted, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        print(f"profile: stopped after {granted:.0f} s (its share of the budget)", flush=True)
+    print(log.read_text(errors="replace").rstrip(), flush=True)
+
+
 def reference_command(python: str, case: str, args: argparse.Namespace, out: Path, pairs: int) -> list[str]:
     """bench_reference for one case in lockstep on the device, as the reference step runs it."""
     pairs = ["--pairs", str(pairs)] if pairs > 1 else []
@@ -415,6 +525,120 @@ def reference_case(python: str, case: str, args: argparse.Namespace, budget: Bud
     table = [line for line in text.splitlines() if line.startswith("|")]  # its markdown: header, then rows
     print(f"reference {case}: " + ("\n".join(table[2:]) or f"no row; {last_line(log)}"), flush=True)
     return table
+
+
+def lever_pair_s(plugin: str, lever: str, args: argparse.Namespace) -> float:
+    """One lever pair's seconds: both start-ups, and both sides' blocks."""
+    overhead = LEVER_OVERHEAD_S.get(plugin, DEFAULT_LEVER_OVERHEAD_S) + (COMPILE_OVERHEAD_S if "compile" in lever else 0.0)
+    return overhead + 2 * args.lever_blocks * args.lever_block_time
+
+
+def lever_command(
+    python: str, case: tuple[str, str, str], args: argparse.Namespace, pairs: int, granted: float, file: Path
+) -> list[str]:
+    plugin, precision, lever = case
+    return [
+        python,
+        "-m",
+        "accelbench",
+        "run",
+        "--plugin",
+        plugin,
+        "--precision",
+        precision,
+        "--device",
+        args.device,
+        "--lever",
+        lever,
+        "--schedule",
+        "lockstep",
+        "--trials",
+        str(pairs),
+        "--blocks",
+        str(args.lever_blocks),
+        "--block-time",
+        f"{args.lever_block_time:g}s",
+        "--timeout",
+        f"{granted:.0f}",
+        "-q",
+        "-o",
+        str(file),
+    ]
+
+
+def measure_lever(python: str, case: tuple[str, str, str], args: argparse.Namespace, budget: Budget, out: Path) -> LeverLine:
+    """One lever beside its plugin as it ships, in lockstep pairs on the device; its line."""
+    plugin, precision, lever = case
+    pair_s = lever_pair_s(plugin, lever, args)
+    granted = budget.grant(args.lever_pairs * pair_s, least_s=pair_s)
+    if granted is None:
+        line = LeverLine(plugin, precision, lever, "skipped", "time budget spent")
+        print(line.text(), flush=True)
+        return line
+    pairs = pairs_that_fit(granted, pair_s, args.lever_pairs)
+    file = out / "records" / f"lever-{plugin}-{precision}-{re.sub(r'[^A-Za-z0-9.]+', '-', lever).strip('-')}.json"
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # two processes share the one GPU
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            lever_command(python, case, args, pairs, granted, file),
+            capture_output=True,
+            text=True,
+            timeout=granted + 30,
+            cwd=ROOT,
+            env=env,
+        )
+        line = lever_line(python, case, file, done)
+    except subprocess.TimeoutExpired:
+        line = LeverLine(plugin, precision, lever, "timeout", f"no result within {granted:.0f} s")
+    line.elapsed_s = time.monotonic() - started
+    print(line.text(), flush=True)
+    return line
+
+
+def lever_line(python: str, case: tuple[str, str, str], file: Path, done: subprocess.CompletedProcess) -> LeverLine:
+    """The lever's ratio to the plugin as shipped, from ``accelbench compare`` on the run's file."""
+    plugin, precision, lever = case
+    if not file.exists():
+        reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}, no record"])[-1]
+        return LeverLine(plugin, precision, lever, "failed", reason[:300])
+    records = json.loads(file.read_text())["records"]
+    broken = [r for r in records if r["status"] != "ok"]
+    if broken:
+        side = "with the lever" if broken[0]["config"].get("lever") else "as shipped"
+        return LeverLine(
+            plugin,
+            precision,
+            lever,
+            broken[0]["status"],
+            f"{side}: {broken[0].get('reason', '')}"[:300],
+            record_file=str(file.relative_to(file.parents[1])),
+        )
+    compared = subprocess.run(
+        [python, "-m", "accelbench", "compare", str(file), "--json"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    try:
+        [comparison] = json.loads(compared.stdout)["comparisons"]
+    except (ValueError, KeyError):
+        reason = (compared.stderr.strip().splitlines() or ["no comparison"])[-1]
+        return LeverLine(plugin, precision, lever, "failed", reason[:300])
+    return lever_from_comparison(case, comparison, str(file.relative_to(file.parents[1])))
+
+
+def lever_from_comparison(case: tuple[str, str, str], comparison: dict, record_file: str) -> LeverLine:
+    """A comparison's ratio turned to lever over shipped (compare orders its pair as it finds them)."""
+    lever_first = "[lever " in comparison["a"]
+    ratio = comparison["ratio"] if lever_first else 1 / comparison["ratio"]
+    low, high = comparison["ci95"] if lever_first else (1 / comparison["ci95"][1], 1 / comparison["ci95"][0])
+    pairs = len(comparison["per_unit"])
+    if comparison["single_sample"] or pairs < 2:
+        interval, verdict = None, "one pair (no interval)"
+    else:
+        interval = (low, high)
+        verdict = "wins" if low > 1 else "loses" if high < 1 else "undecided"
+    if comparison.get("busy"):
+        verdict += f"; the machine was busy: {comparison['busy']}"
+    return LeverLine(*case, "ok", ratio=ratio, ci95=interval, pairs=pairs, verdict=verdict, record_file=record_file)
 
 
 def pairs_that_fit(granted_s: float, pair_s: float, wanted: int) -> int:
@@ -514,6 +738,7 @@ def summarize(
     lines: list[RunLine],
     reference_rows: list[str] = (),
     anchor: dict | None = None,
+    levers: list[LeverLine] = (),
 ) -> Path:
     """summary.json (every line, the records validated by accelbench) and summary.md (README rows:
     the runs, then the reference step's)."""
@@ -536,6 +761,7 @@ def summarize(
         "anchor_bar": ANCHOR_BAR,
         "standings": standings(lines, anchor),
         "reference": list(reference_rows),
+        "levers": [asdict(line) for line in levers],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     rows = [
@@ -563,8 +789,24 @@ def summarize(
             *table_head,
             *(line for line in reference_rows if line not in table_head),
         ]
+    if levers:
+        rows += ["", f"Levers on {gpu}, each beside its plugin as it ships, in lockstep pairs:", ""]
+        rows += [
+            "| plugin | precision | lever | lever / as shipped | 95% interval | pairs | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        rows += [lever_row(line) for line in levers]
     (out / "summary.md").write_text("\n".join(rows) + "\n")
     return out / "summary.json"
+
+
+def lever_row(line: LeverLine) -> str:
+    if line.status != "ok":
+        return f"| {line.plugin} | {line.precision} | `{line.lever}` | {line.status}: {line.reason} | - | - | - |"
+    interval = f"{line.ci95[0]:.3f}-{line.ci95[1]:.3f}" if line.ci95 else "-"
+    return (
+        f"| {line.plugin} | {line.precision} | `{line.lever}` | {line.ratio:.3f} | {interval} | {line.pairs} | {line.verdict} |"
+    )
 
 
 if __name__ == "__main__":
