@@ -78,10 +78,11 @@ def study_reference() -> dict[str, Any]:
 
 def run_label(record: Record) -> str:
     d, model = record.device, record.model
+    variation = record.variation()  # a version matrix's requirements, a lever
     return (
         f"{record.plugin.name}:{record.backend.name} {record.precision} "
         f"{model.variant or model.name} {d.kind}x{d.count} {record.image_size}px"
-    )
+    ) + (f" [{', '.join(variation)}]" if variation else "")
 
 
 def with_costs(records: list[Record], pricing: cost.Pricing) -> list[Record]:

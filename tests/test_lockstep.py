@@ -507,6 +507,7 @@ def test_a_lever_runs_beside_the_backend_as_configured_and_is_compared(accelbenc
     lever_over_base = comparison.ratio if "lever" in comparison.a else 1 / comparison.ratio
     assert lever_over_base == pytest.approx(1 / 0.8, rel=0.05)  # 16 ms steps against 20 ms
     assert "[lever scale=0.8]" in result.stdout
+    assert report.run_label(Record.from_json(lever)).endswith(" [lever scale=0.8]")  # its own series in a report
 
 
 @pytest.mark.parametrize(
