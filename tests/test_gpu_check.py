@@ -361,26 +361,11 @@ def test_a_levers_line_is_its_speed_over_the_plugin_as_shipped(check, a, ratio, 
 
 
 def test_a_dry_run_of_the_levers_step_decides_a_lever_and_tables_it(testplugins_path, tmp_path):
+    levers = "--steps levers --levers sleepy:fp32:scale=0.8 --lever-pairs 2 --lever-blocks 3 --lever-block-time 0.2"
     result = run_script(
-        "--out",
-        str(tmp_path),
-        "--dry-run",
-        "--device",
-        "cpu",
-        "--steps",
-        "levers",
-        "--levers",
-        "sleepy:fp32:scale=0.8",
-        "--lever-pairs",
-        "2",
-        "--lever-blocks",
-        "3",
-        "--lever-block-time",
-        "0.2",
-        "--budget",
-        "200",
+        "--out", str(tmp_path), "--dry-run", "--device", "cpu", "--budget", "200", *levers.split(),
         env={"PYTHONPATH": str(testplugins_path)},
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     [line] = [line for line in result.stdout.splitlines() if line.startswith("lever sleepy fp32 scale=0.8: ")]
     assert "over 2 pair(s): wins" in line, line

@@ -527,6 +527,11 @@ def reference_case(python: str, case: str, args: argparse.Namespace, budget: Bud
     return table
 
 
+def accelbench_run(python: str, plugin: str, precision: str, device: str) -> list[str]:
+    """The head of every ``accelbench run`` the check starts: one plugin at one precision."""
+    return [python, "-m", "accelbench", "run", "--plugin", plugin, "--precision", precision, "--device", device]
+
+
 def lever_pair_s(plugin: str, lever: str, args: argparse.Namespace) -> float:
     """One lever pair's seconds: both start-ups, and both sides' blocks."""
     overhead = LEVER_OVERHEAD_S.get(plugin, DEFAULT_LEVER_OVERHEAD_S) + (COMPILE_OVERHEAD_S if "compile" in lever else 0.0)
@@ -538,16 +543,7 @@ def lever_command(
 ) -> list[str]:
     plugin, precision, lever = case
     return [
-        python,
-        "-m",
-        "accelbench",
-        "run",
-        "--plugin",
-        plugin,
-        "--precision",
-        precision,
-        "--device",
-        args.device,
+        *accelbench_run(python, plugin, precision, args.device),
         "--lever",
         lever,
         "--schedule",
@@ -658,16 +654,7 @@ def run_one(
     record_file = out / "records" / f"{plugin}-{precision}.json"
     started = time.monotonic()
     command = [
-        python,
-        "-m",
-        "accelbench",
-        "run",
-        "--plugin",
-        plugin,
-        "--precision",
-        precision,
-        "--device",
-        args.device,
+        *accelbench_run(python, plugin, precision, args.device),
         "--time",
         f"{args.time:g}s",
         "--timeout",
