@@ -84,8 +84,15 @@ def test_flax_loss_falls_with_bf16_compute_and_fp32_parameters():
         ), emulated
 
 
-def test_flax_fp32_computes_in_fp32():
-    record = run_backend("jax_flax", precision="fp32", timed_steps=2, warmup_steps=1, **SMALL)
+@pytest.fixture(scope="module")
+def fp32_record():
+    """One fp32 run of the small model, shared by the tests that read it (a JAX worker's start-up
+    and compile take seconds)."""
+    return run_backend("jax_flax", precision="fp32", timed_steps=3, warmup_steps=1, **SMALL)
+
+
+def test_flax_fp32_computes_in_fp32(fp32_record):
+    record = fp32_record
     assert record["status"] == "ok", record["reason"]
     assert record["settings"]["compute_dtype"] == "float32"
     assert record["settings"]["xla_convolution_operands"] == {"f32": SMALL_STEP_CONVOLUTIONS}
@@ -98,16 +105,16 @@ def test_flax_fp32_computes_in_fp32():
     assert record["settings"]["learning_rate_argument"] == "Python float (converted at every call)"
 
 
-def test_the_step_argument_levers_are_read_back_and_compute_the_same():
+def test_the_step_argument_levers_are_read_back_and_compute_the_same(fp32_record):
     """The learning rate passed as an array on the device, made once, and XLA flags through the
     plugin: the record reads both back from the worker, and the losses are the float's, exactly."""
     flag = "--xla_cpu_enable_fast_math=false"  # XLA's CPU default: changes nothing but the flags
-    default = run_backend("jax_flax", precision="fp32", timed_steps=3, warmup_steps=0, **SMALL)
+    default = fp32_record
     levers = run_backend(
         "jax_flax",
         precision="fp32",
         timed_steps=3,
-        warmup_steps=0,
+        warmup_steps=1,
         options={"learning_rate_on_device": True, "xla_flags": flag},
         **SMALL,
     )
