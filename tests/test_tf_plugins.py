@@ -19,6 +19,10 @@ if importlib.util.find_spec("tensorflow") is None:
     pytest.skip("TensorFlow not installed (pip install accelbench[tf])", allow_module_level=True)
 pytestmark = pytest.mark.tf
 
+#: the small thumbnail ResNet: for what does not depend on the model (a setting read back, the
+#: strategy, the loop's accounting), it builds and traces in a fraction of ResNet-50's time
+SMALL = dict(model="resnet_small", image_size=16)
+
 # forward multiply-adds of one 224x224 image, conv + dense layers (ResNet-50 v1 / v1.5)
 RESNET50_V1_MACS = 3.858e9
 RESNET50_V15_MACS = 4.089e9
@@ -41,7 +45,7 @@ def test_tf_benchmarks_trains_and_records_fp32():
 @pytest.mark.parametrize("asked, used", [("0", "off"), ("1", "on")])
 def test_the_onednn_setting_is_read_back_from_tensorflow(monkeypatch, asked, used):
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", asked)  # the worker inherits the host's environment
-    record = run_backend("tf_benchmarks", timed_steps=2, warmup_steps=1)
+    record = run_backend("tf_benchmarks", timed_steps=2, warmup_steps=1, **SMALL)
     assert record["status"] == "ok", record["reason"]
     assert record["settings"]["onednn"] == f"{used} (TF_ENABLE_ONEDNN_OPTS={asked})"
     # what oneDNN ran, from its own log: nothing where TensorFlow sent it no convolution
@@ -62,7 +66,7 @@ def test_the_plugin_turns_onednn_on_unless_its_option_says_false(monkeypatch, on
 
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     options = {} if onednn is None else {"onednn": onednn}
-    record = run_backend("tf_benchmarks", timed_steps=2, warmup_steps=1, options=options)
+    record = run_backend("tf_benchmarks", timed_steps=2, warmup_steps=1, options=options, **SMALL)
     assert record["status"] == "ok", record["reason"]
     if onednn is None:  # on everywhere, where TensorFlow itself leaves it off too (AVX2-only Zen 3)
         assert record["settings"]["onednn"] == "on (TF_ENABLE_ONEDNN_OPTS=1, set by the plugin's option onednn)"
@@ -74,7 +78,7 @@ def test_the_plugin_turns_onednn_on_unless_its_option_says_false(monkeypatch, on
 
 
 def test_tf_benchmarks_mirrored_over_two_logical_cpus():
-    record = run_backend("tf_benchmarks", device="cpu", device_count=2, per_device_batch=4)
+    record = run_backend("tf_benchmarks", device="cpu", device_count=2, per_device_batch=4, **SMALL)
     assert record["status"] == "ok", record["reason"]
     assert record["batch"]["global"] == 8 == 2 * record["batch"]["per_device"]
     assert record["settings"]["strategy"] == "MirroredStrategy"
@@ -112,7 +116,7 @@ def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environmen
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     for variable, value in environment.items():  # the worker inherits the host's environment
         monkeypatch.setenv(variable, value)
-    record = run_backend("tf_benchmarks", precision="bf16", timed_steps=2, warmup_steps=1)
+    record = run_backend("tf_benchmarks", precision="bf16", timed_steps=2, warmup_steps=1, **SMALL)
     assert record["status"] == "ok", record["reason"]
     emulated = [w for w in record["warnings"] if "emulated" in w]
     # a CPU without bf16 (Zen 3): said always, from the flags, or from the kernel where oneDNN ran one
@@ -134,7 +138,7 @@ def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
         pytest.skip("TensorFlow sends oneDNN bf16 convolutions only where the CPU has bf16")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")  # the worker inherits the host's environment
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
-    record = run_backend("tf_benchmarks", precision="bf16", timed_steps=2, warmup_steps=1)
+    record = run_backend("tf_benchmarks", precision="bf16", timed_steps=2, warmup_steps=1, **SMALL)
     assert_emulated_under_plain_avx512(record, "TensorFlow")
 
 
@@ -203,13 +207,13 @@ def test_tpu_official_bf16_v15_with_fp32_variables():
 
 
 def test_tpu_official_loss_falls():
-    record = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=30, warmup_steps=0)
+    record = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=30, warmup_steps=0, **SMALL)
     assert loss_falls(record["trials"][0]["losses"]), record["trials"][0]["losses"]
 
 
 def test_steps_per_loop_accounting_matches_one_step_per_call():
-    one = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=12, warmup_steps=4)
-    four = run_backend("tpu_official", options={"steps_per_loop": 4}, timed_steps=12, warmup_steps=4)
+    one = run_backend("tpu_official", options={"steps_per_loop": 1}, timed_steps=12, warmup_steps=4, **SMALL)
+    four = run_backend("tpu_official", options={"steps_per_loop": 4}, timed_steps=12, warmup_steps=4, **SMALL)
     assert four["steps"] == {
         "warmup": 4,
         "timed": 12,
