@@ -127,12 +127,13 @@ class RunConfig:
         ),
     )
     options: dict[str, Any] = field(default_factory=dict)  # --option KEY=VALUE, parsed by cli.py
-    #: levers (``--lever``): option sets, each run beside the config as given (a run of every
-    #: selected backend with the set added to its options), so that a comparison decides whether
-    #: the lever helps here; a sweep, expanded by ``expand_sweep`` as ``batch_sizes`` is
+    #: levers (``--lever``): sets of backend options or ``LEVER_FIELDS``, each run beside the
+    #: config as given (a run of every selected backend with the set applied), so that a
+    #: comparison decides whether the lever helps here; a sweep, expanded by ``expand_sweep`` as
+    #: ``batch_sizes`` is
     levers: tuple[dict[str, Any], ...] | None = None
-    #: the options a lever run added to the config's (set by ``expand_sweep``, and in its record):
-    #: empty for the run as configured
+    #: what a lever run changed from the config as given (set by ``expand_sweep``, and in its
+    #: record): empty for the run as configured
     lever: dict[str, Any] = field(default_factory=dict)
     #: "throughput" (synthetic data, the timing loop) or "train" (a real dataset, to a target top-1)
     mode: str = "throughput"
@@ -260,9 +261,14 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+#: the run fields a lever may set besides the backend's options: how the same work is executed
+#: (the worker's malloc, its huge pages, its thread pools), never what is computed
+LEVER_FIELDS = ("allocator", "huge_pages", "threads", "inter_op_threads")
+
+
 def expand_sweep(config: RunConfig) -> list[RunConfig]:
     """One config per batch size of a sweep (global batches), each as given and then with each
-    lever (its options added, and named in ``lever``); or the config itself."""
+    lever (applied, and named in ``lever``); or the config itself."""
     sizes = (
         [config.replace(batch_sizes=None, global_batch=b, per_device_batch=None) for b in config.batch_sizes]
         if config.batch_sizes
@@ -270,10 +276,25 @@ def expand_sweep(config: RunConfig) -> list[RunConfig]:
     )
     if not config.levers:
         return sizes
+    return [with_lever(point.replace(levers=None), lever) for point in sizes for lever in ({}, *config.levers)]
+
+
+def with_lever(config: RunConfig, lever: dict[str, Any]) -> RunConfig:
+    """The config with a lever applied: its run fields set, its other keys added to the options."""
+    if not lever:
+        return config
+    fields = {key: value for key, value in lever.items() if key in LEVER_FIELDS}
+    options = {key: value for key, value in lever.items() if key not in LEVER_FIELDS}
+    return config.replace(**fields, lever=lever, options={**config.options, **options})
+
+
+def lever_unchanged(config: RunConfig, lever: dict[str, Any]) -> list[str]:
+    """The keys of ``lever`` whose value the config already has."""
+    unset = object()  # an option the config does not set (None may be a value)
     return [
-        point.replace(levers=None, lever=lever, options={**point.options, **lever}) if lever else point.replace(levers=None)
-        for point in sizes
-        for lever in ({}, *config.levers)
+        key
+        for key, value in lever.items()
+        if (getattr(config, key) if key in LEVER_FIELDS else config.options.get(key, unset)) == value
     ]
 
 
@@ -283,7 +304,7 @@ def lever_text(lever: dict[str, Any]) -> str:
 
 
 def parse_lever(text: str) -> dict[str, Any]:
-    """``--lever KEY=VALUE[,KEY=VALUE]``: one option set, each value read as ``--option``'s."""
+    """``--lever KEY=VALUE[,KEY=VALUE]``: one lever, each value read as ``--option``'s."""
     items = [item.strip() for item in text.split(",")]
     if "" in items:
         raise UsageError(f"--lever must be KEY=VALUE[,KEY=VALUE...], got {text!r}")

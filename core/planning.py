@@ -51,7 +51,24 @@ def plan(
         for setup in envs.setups_for(ref, pythons, matrix):
             for point in configuration.expand_sweep(config):
                 plans += _plans_of(ref, setup, point, counts, dataset)
+    _refuse_levers_resolved_to_nothing(plans)
     return plans
+
+
+def _refuse_levers_resolved_to_nothing(plans: list[Plan]) -> None:
+    """A lever whose run, resolved, is every selected backend's run as configured (``allocator=
+    system`` where "auto" already picks it) would compare a run with itself: refused, after the
+    resolution that shows it and before any worker starts."""
+    resolved = {(id(p.ref), p.setup, p.config.global_batch, configuration.lever_text(p.config.lever)): p for p in plans}
+    idle: dict[str, bool] = {}
+    for (ref, setup, batch, text), lever_plan in resolved.items():
+        base = resolved.get((ref, setup, batch, ""))
+        if text and base is not None:
+            same = lever_plan.config.replace(lever={}) == base.config
+            idle[text] = idle.get(text, True) and same
+    for text, unchanged in idle.items():
+        if unchanged:
+            raise UsageError(f"--lever {text}: every selected backend runs so as configured, so it changes nothing")
 
 
 def _plans_of(
@@ -141,24 +158,31 @@ def _refuse_bad_option_values(refs: list[BackendRef], config: RunConfig) -> None
 
 
 def _refuse_bad_levers(refs: list[BackendRef], config: RunConfig) -> None:
-    """Each lever's options as ``--option``'s are checked; a lever that changes none of the
-    config's options would compare a run with itself; a lever named without its options in them
-    (a config file's ``lever``) would label a run with what it did not ask for."""
+    """A lever's options are checked as ``--option``'s and its run fields as the flags', its
+    allocator and huge pages as this machine can give them; a lever that changes nothing would
+    compare a run with itself; a run named by a lever it does not have (a config file's
+    ``lever``) would be labelled with what it did not ask for."""
     for lever in config.levers or ():
-        text = configuration.lever_text(lever)
-        try:
-            _refuse_unknown_options(refs, RunConfig(options=lever))
-            _refuse_bad_option_values(refs, RunConfig(options=lever))
-        except UsageError as error:
-            raise UsageError(f"--lever {text}: {error}") from None
-        if all(config.options.get(key, _UNSET) == value for key, value in lever.items()):
-            raise UsageError(f"--lever {text}: the run as configured already sets it (--option), so it changes nothing")
-    if any(config.options.get(key, _UNSET) != value for key, value in config.lever.items()):
-        raise UsageError(f"lever {config.lever}: a run's lever must be among its options ({config.options})")
+        _refuse_bad_lever(refs, config, lever)
+    if config.lever and len(configuration.lever_unchanged(config, config.lever)) != len(config.lever):
+        raise UsageError(f"lever {configuration.lever_text(config.lever)}: a run's lever must be among its settings")
 
 
-#: an option the config does not set (None may be a value)
-_UNSET = object()
+def _refuse_bad_lever(refs: list[BackendRef], config: RunConfig, lever: dict[str, Any]) -> None:
+    text = configuration.lever_text(lever)
+    fields = {key: value for key, value in lever.items() if key in configuration.LEVER_FIELDS}
+    options = {key: value for key, value in lever.items() if key not in fields}
+    try:
+        _refuse_unknown_options(refs, RunConfig(options=options))
+        _refuse_bad_option_values(refs, RunConfig(options=options))
+        RunConfig.from_dict(fields)  # each field's value as the config schema has it
+        applied = configuration.with_lever(config.replace(levers=None), lever)
+        allocators.library(applied.allocator)
+        _refuse_unavailable_huge_pages(refs, applied)
+    except UsageError as error:
+        raise UsageError(f"--lever {text}: {error}") from None
+    if configuration.lever_unchanged(config, lever) == list(lever):
+        raise UsageError(f"--lever {text}: the run as configured already has it, so it changes nothing")
 
 
 def _resolve(ref: BackendRef, config: RunConfig, counts: dict[str, int]) -> RunConfig:

@@ -515,11 +515,26 @@ def test_a_lever_runs_beside_the_backend_as_configured_and_is_compared(accelbenc
     [
         ("scale", "--lever must be KEY=VALUE"),
         ("nope=1", "--lever nope=1: unknown option 'nope'"),
-        ("step_ms=20", "--lever step_ms=20: the run as configured already sets it"),
+        ("step_ms=20", "--lever step_ms=20: the run as configured already has it"),
         ("scale=0.8,scale=0.9", "sets scale twice"),
+        ("huge_pages=sometimes", "--lever huge_pages=sometimes: invalid config: $.huge_pages: 'sometimes' is not one of"),
+        ("allocator=/nowhere/libmalloc.so", "--lever allocator=/nowhere/libmalloc.so: "),
+        # what "auto" resolves to for the test backend already: the same run twice
+        ("allocator=system,huge_pages=off", "every selected backend runs so as configured, so it changes nothing"),
     ],
 )
 def test_a_lever_that_cannot_be_a_lever_is_refused_before_any_worker(accelbench_cli, tmp_path, lever, message):
     out = tmp_path / "refused.json"
     result = accelbench_cli("run", "--plugin", "sleepy", *QUICK, "--lever", lever, "-o", str(out))
     assert result.returncode == 2 and message in result.stderr and not out.exists(), result.stderr
+
+
+def test_a_lever_sets_run_fields_that_change_how_not_what_and_options_for_the_rest():
+    from accelbench.config import LEVER_FIELDS, RunConfig, expand_sweep
+
+    base, lever = expand_sweep(RunConfig(options={"step_ms": 20}, levers=({"inter_op_threads": 1, "scale": 0.8},)))
+    assert (base.lever, base.inter_op_threads, base.options) == ({}, None, {"step_ms": 20})
+    assert lever.lever == {"inter_op_threads": 1, "scale": 0.8} and lever.inter_op_threads == 1
+    assert lever.options == {"step_ms": 20, "scale": 0.8} and lever.levers is None
+    # never the work: no model, batch, precision, image or step count is a lever's to change
+    assert set(LEVER_FIELDS) == {"allocator", "huge_pages", "threads", "inter_op_threads"}
