@@ -59,10 +59,12 @@ def _refuse_levers_resolved_to_nothing(plans: list[Plan]) -> None:
     """A lever whose run, resolved, is every selected backend's run as configured (``allocator=
     system`` where "auto" already picks it) would compare a run with itself: refused, after the
     resolution that shows it and before any worker starts."""
-    resolved = {(id(p.ref), p.setup, p.config.global_batch, configuration.lever_text(p.config.lever)): p for p in plans}
+    resolved = {
+        (id(p.ref), p.setup, p.config.workers, p.config.global_batch, configuration.lever_text(p.config.lever)): p for p in plans
+    }
     idle: dict[str, bool] = {}
-    for (ref, setup, batch, text), lever_plan in resolved.items():
-        base = resolved.get((ref, setup, batch, ""))
+    for (ref, setup, workers, batch, text), lever_plan in resolved.items():
+        base = resolved.get((ref, setup, workers, batch, ""))
         if text and base is not None:
             same = lever_plan.config.replace(lever={}) == base.config
             idle[text] = idle.get(text, True) and same
