@@ -183,8 +183,9 @@ def plugins() -> None:
     "levers",
     multiple=True,
     metavar="KEY=VALUE[,KEY=VALUE]",
-    help="Also run every selected backend with these options added, beside the run as configured, "
-    "so a comparison decides whether the lever helps here (repeatable: one run per lever).",
+    help="Also run every selected backend with these backend options (or allocator, huge_pages, threads, "
+    "inter_op_threads) changed, beside the run as configured, so a comparison decides whether the lever "
+    "helps here (repeatable: one run per lever).",
 )
 @click.option(
     "--schedule",

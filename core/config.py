@@ -279,12 +279,17 @@ def expand_sweep(config: RunConfig) -> list[RunConfig]:
     return [with_lever(point.replace(levers=None), lever) for point in sizes for lever in ({}, *config.levers)]
 
 
+def split_lever(lever: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A lever's run fields (``LEVER_FIELDS``) and its backend options."""
+    fields = {key: value for key, value in lever.items() if key in LEVER_FIELDS}
+    return fields, {key: value for key, value in lever.items() if key not in fields}
+
+
 def with_lever(config: RunConfig, lever: dict[str, Any]) -> RunConfig:
     """The config with a lever applied: its run fields set, its other keys added to the options."""
     if not lever:
         return config
-    fields = {key: value for key, value in lever.items() if key in LEVER_FIELDS}
-    options = {key: value for key, value in lever.items() if key not in LEVER_FIELDS}
+    fields, options = split_lever(lever)
     return config.replace(**fields, lever=lever, options={**config.options, **options})
 
 

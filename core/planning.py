@@ -172,8 +172,7 @@ def _refuse_bad_levers(refs: list[BackendRef], config: RunConfig) -> None:
 
 def _refuse_bad_lever(refs: list[BackendRef], config: RunConfig, lever: dict[str, Any]) -> None:
     text = configuration.lever_text(lever)
-    fields = {key: value for key, value in lever.items() if key in configuration.LEVER_FIELDS}
-    options = {key: value for key, value in lever.items() if key not in fields}
+    fields, options = configuration.split_lever(lever)
     try:
         _refuse_unknown_options(refs, RunConfig(options=options))
         _refuse_bad_option_values(refs, RunConfig(options=options))

@@ -598,18 +598,13 @@ def lever_line(python: str, case: tuple[str, str, str], file: Path, done: subpro
     if not file.exists():
         reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}, no record"])[-1]
         return LeverLine(plugin, precision, lever, "failed", reason[:300])
+    record_file = str(file.relative_to(file.parents[1]))  # beside summary.json
     records = json.loads(file.read_text())["records"]
     broken = [r for r in records if r["status"] != "ok"]
     if broken:
         side = "with the lever" if broken[0]["config"].get("lever") else "as shipped"
-        return LeverLine(
-            plugin,
-            precision,
-            lever,
-            broken[0]["status"],
-            f"{side}: {broken[0].get('reason', '')}"[:300],
-            record_file=str(file.relative_to(file.parents[1])),
-        )
+        reason = f"{side}: {broken[0].get('reason', '')}"[:300]
+        return LeverLine(plugin, precision, lever, broken[0]["status"], reason, record_file=record_file)
     compared = subprocess.run(
         [python, "-m", "accelbench", "compare", str(file), "--json"], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
@@ -618,7 +613,7 @@ def lever_line(python: str, case: tuple[str, str, str], file: Path, done: subpro
     except (ValueError, KeyError):
         reason = (compared.stderr.strip().splitlines() or ["no comparison"])[-1]
         return LeverLine(plugin, precision, lever, "failed", reason[:300])
-    return lever_from_comparison(case, comparison, str(file.relative_to(file.parents[1])))
+    return lever_from_comparison(case, comparison, record_file)
 
 
 def lever_from_comparison(case: tuple[str, str, str], comparison: dict, record_file: str) -> LeverLine:

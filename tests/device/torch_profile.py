@@ -94,7 +94,8 @@ def profile(run, args: argparse.Namespace) -> dict:
     kernels = own_times(recorded.key_averages(), on_gpu)
     by_category: dict[str, float] = {}
     for name, (microseconds, _) in kernels.items():
-        by_category[category(name)] = by_category.get(category(name), 0.0) + microseconds
+        label = category(name)
+        by_category[label] = by_category.get(label, 0.0) + microseconds
     total = sum(by_category.values()) or 1.0
     largest = sorted(kernels.items(), key=lambda item: -item[1][0])[: args.top]
     return {
