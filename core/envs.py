@@ -18,10 +18,11 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .blocks import WorkerEnvironment
 from .errors import UsageError
@@ -155,18 +156,42 @@ def create(env: Environment, say: Callable[[str], None] = print) -> float:
 
 
 def ensure(env: Environment, allow_create: bool, say: Callable[[str], None] = print) -> Environment:
-    """The environment, made now if it does not exist yet (and ``allow_create``)."""
+    """The environment, made now if it does not exist yet (and ``allow_create``). Two processes
+    that need one environment at once (two runs, two CI jobs on one cache) make it once: the
+    second waits for the first's lock and then finds it made."""
     if env.exists():
         return env
     if not allow_create:
         raise EnvironmentError_(f"environment {env.path} does not exist (--no-create-env; make it with accelbench env create)")
-    say(
-        f"making a worker environment for {', '.join(env.spec.requirements) or 'accelbench only'} "
-        f"in {env.path} (first use; cached)"
-    )
-    seconds = create(env, say)
+    with _creation_lock(env, say):
+        if env.exists():
+            return env
+        say(
+            f"making a worker environment for {', '.join(env.spec.requirements) or 'accelbench only'} "
+            f"in {env.path} (first use; cached)"
+        )
+        seconds = create(env, say)
     say(f"environment ready in {seconds:.0f} s")
     return env
+
+
+@contextmanager
+def _creation_lock(env: Environment, say: Callable[[str], None]) -> Iterator[None]:
+    """An exclusive lock on ``<environment>.lock`` beside it while it is made: without it a second
+    maker would delete the first's half-made ``.partial`` folder from under its installer."""
+    import fcntl
+
+    env.path.parent.mkdir(parents=True, exist_ok=True)
+    with open(env.path.with_name(env.path.name + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process making the environment {env.path}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def listing() -> list[dict[str, Any]]:

@@ -165,6 +165,35 @@ def test_the_environment_is_keyed_by_the_plugins_version_and_source(tmp_path):
     assert envs.for_spec(one).path != envs.for_spec(two).path
 
 
+def test_two_processes_needing_one_environment_make_it_once(tmp_path, monkeypatch):
+    """Two runs (or two CI jobs) sharing a cache need one environment at once: the second waits
+    for the first's lock and finds it made, rather than delete the first's half-made folder."""
+    import threading
+    import time
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    made, said = [], []
+
+    def slow_create(env, say):
+        made.append(env.path)
+        time.sleep(0.5)  # the second caller arrives while this one installs
+        (env.path / "bin").mkdir(parents=True)
+        (env.path / "bin" / "python").touch()
+        (env.path / envs.MANIFEST).write_text("{}")
+        return 0.5
+
+    monkeypatch.setattr(envs, "create", slow_create)
+    env = envs.for_spec(envs.EnvSpec(("numpy>=2",)))
+    callers = [threading.Thread(target=envs.ensure, args=(env, True, said.append)) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+        time.sleep(0.1)
+    for caller in callers:
+        caller.join(10)
+    assert made == [env.path] and env.exists()
+    assert f"waiting for another process making the environment {env.path}" in said, said
+
+
 def test_how_the_plugins_distribution_is_installed_follows_the_host(tmp_path):
     source = probe_source(tmp_path / "src")
     target = tmp_path / "site"
