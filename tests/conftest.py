@@ -12,6 +12,16 @@ import pytest
 HERE = Path(__file__).parent
 
 
+def pytest_report_header(config):
+    """The machine the suite runs on, first in its output: the README's test line gives the suite's
+    time per CPU kind, and a CI log's time means nothing without the machine that took it."""
+    from accelbench.environment import cpu_flags, cpu_model
+
+    flags = cpu_flags()
+    bf16 = "bf16 in AMX" if "amx_bf16" in flags else "bf16 in AVX-512" if "avx512_bf16" in flags else "bf16 emulated"
+    return f"machine: {cpu_model()}, {len(os.sched_getaffinity(0))} CPUs, {bf16}"
+
+
 @pytest.fixture(autouse=True)
 def _temporary_files_kept_by_pytest(tmp_path_factory, monkeypatch):
     """The host's and the workers' temporary files (a failed worker's log, which its record names
