@@ -12,14 +12,16 @@ answers with one line naming its replacement (``accelbench.backend.MIGRATIONS``)
 - a backend driven by a step loop of its own framework objects: ``RunBackend``
 - several workers: ``Engine``, ``LaunchPlan``, ``LocalCluster``, ``ClusterRank``
 - helpers: ``training_flops`` (FLOPs of a training step from counted multiply-adds),
-  ``cpu_flags``, ``cpu_model``, ``gpus`` (what the machine has), ``describe_preprocessing`` and
+  ``cpu_flags``, ``cpu_model``, ``gpus`` (what the machine has), ``cache_dir`` (accelbench's
+  folder in the user's cache, since 2.2: where a plugin keeps what it reads once per machine),
+  ``describe_preprocessing`` and
   ``EVAL_CROP_FRACTION`` (train mode's ImageNet preprocessing, described alike by every plugin),
   ``UsageError`` (bad input: one line, exit 2)
 """
 
 from .backend import Backend, BackendInfo, DeviceMemory, Option, Prepared, RunBackend, training_flops
 from .config import RunConfig
-from .environment import cpu_flags, cpu_model, gpus
+from .environment import cache_dir, cpu_flags, cpu_model, gpus
 from .errors import UsageError
 from .hookspecs import hookimpl
 from .launch import ClusterRank, Engine, LaunchPlan, LocalCluster
@@ -27,7 +29,7 @@ from .training import EVAL_CROP_FRACTION, describe_preprocessing
 
 #: the version of this surface; a plugin may declare the one it was written for (``PLUGIN_API``
 #: in its module): a plugin written for another major version is told what changed
-PLUGIN_API = "2.1"
+PLUGIN_API = "2.2"
 
 __all__ = [
     "PLUGIN_API",
@@ -44,6 +46,7 @@ __all__ = [
     "RunBackend",
     "RunConfig",
     "UsageError",
+    "cache_dir",
     "cpu_flags",
     "cpu_model",
     "describe_preprocessing",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import inputs, validation
+from .environment import cache_dir
 from .errors import UsageError
 
 MANIFEST = "dataset.json"
@@ -252,5 +253,4 @@ def default_digits(cache: Path, writers: Mapping[str, Writer]) -> Path:
 
 
 def cache_folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "accelbench" / "datasets"
+    return cache_dir("datasets")

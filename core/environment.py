@@ -14,6 +14,7 @@ import socket
 import subprocess
 from functools import cache
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .blocks import Environment
@@ -150,6 +151,14 @@ def tpus() -> list[dict[str, str]]:
     )
     kind = os.environ.get("TPU_ACCELERATOR_TYPE", "tpu")
     return [{"kind": "tpu", "name": kind, "driver": "", "memory": "", "path": p} for p in chips]
+
+
+def cache_dir(*parts: str) -> Path:
+    """accelbench's folder in the user's cache (``$XDG_CACHE_HOME/accelbench``, else
+    ``~/.cache/accelbench``), or a path under it: where what is made or measured once per machine
+    is kept (worker environments, peaks, datasets, a plugin's read-backs). Not created here."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base, "accelbench", *parts)
 
 
 def cpu_model() -> str:

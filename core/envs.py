@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .blocks import WorkerEnvironment
+from .environment import cache_dir
 from .errors import UsageError
 
 #: what accelbench's worker and the plugin modules import, installed beside accelbench (no-deps)
@@ -89,8 +90,7 @@ class Environment:
 
 
 def root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "accelbench" / "envs"
+    return cache_dir("envs")
 
 
 def for_spec(spec: EnvSpec) -> Environment:

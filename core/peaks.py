@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .environment import cache_dir
 
 if TYPE_CHECKING:
     from .blocks import Environment
@@ -115,8 +116,7 @@ def measurement_key(machine: str, device_kind: str, framework: str, version: str
 
 
 def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "accelbench" / "peaks.json"
+    return cache_dir("peaks.json")
 
 
 def load_measured() -> dict[str, Measured]:

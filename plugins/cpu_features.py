@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
+import json
 import os
 import platform
 import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 #: either gives the CPU native bf16 dot products (AMD Zen 4, Intel Cooper Lake / Sapphire Rapids)
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -57,9 +61,9 @@ _VERBOSE_CONVOLUTION = re.compile(r"(?:dnnl|onednn)_verbose,(?:v\d+,)?(?:primiti
 
 
 def onednn_unread() -> dict[str, str | None]:
-    """What a record says where oneDNN was not asked (a GPU, oneDNN off) or could not say (a build
-    without its verbose switch): neither read back."""
-    return {"onednn_isa": None, "onednn_convolution": None}
+    """What a record says where oneDNN was not asked (a GPU, oneDNN off): nothing read back, and
+    no probe."""
+    return {"onednn_isa": None, "onednn_convolution": None, "onednn_probe": None}
 
 
 def onednn_verbose_read_back(log: str) -> dict[str, str | None]:
@@ -94,38 +98,114 @@ def c_stdout_captured() -> Iterator[CapturedOutput]:
             captured.text = sink.read()
 
 
+#: what decides the kernel oneDNN picks besides the CPU and its own build: the environment's
+#: variables for oneDNN (its ceiling and switches, under each of its names), for the frameworks'
+#: use of it, and for OpenMP, which runs its threads
+PROBE_ENVIRONMENT_PREFIXES = ("ONEDNN_", "DNNL_", "MKLDNN_", "TF_", "MXNET_", "OMP_", "KMP_")
+#: the probe's own verbose switch is set by the probe, whatever the worker has
+_VERBOSE_VARIABLES = ("ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE")
+
+
 class OnednnProbe:
     """oneDNN's verbose log from a probe process, ``python -m module *args``, that runs one small
     convolution with this process's environment and the verbose switch on: for a framework whose
     library exports none of oneDNN's functions (TensorFlow's, mxnet's), where oneDNN reads that
     switch once, at its start, and would then log every primitive of the run. Started when made,
-    so it runs while the worker builds its model; ``read_back`` waits for it."""
+    so it runs while the worker builds its model; ``read_back`` waits for it.
+
+    A probe that read a kernel back is kept in the user's cache (``probe_key``: the CPU's model
+    and flags, the kernel, which grants AMX, the interpreter, ``framework``, the probe's arguments
+    and the environment's oneDNN, framework and OpenMP variables), and a worker for which all of
+    them are the same reads it from there instead of starting a process that imports the
+    framework a second time (seconds of a core, during the worker's start-up). The read-back's
+    ``onednn_probe`` says which it was. A probe that read nothing back is not kept."""
 
     timeout_s = 120
 
-    def __init__(self, module: str, args: tuple[str, ...], verbose_variable: str):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, verbose_variable: "1"},
-        )
-        self.result: dict[str, str | None] | None = None
+    def __init__(self, module: str, args: tuple[str, ...], verbose_variable: str, framework: str):
+        self.key = probe_key(module, args, framework)
+        self.result: dict[str, str | None] | None = _kept_read_back(self.key)
+        self.process = None
+        if self.result is None:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env={**os.environ, verbose_variable: "1"},
+            )
 
     def read_back(self) -> dict[str, str | None]:
         """``onednn_verbose_read_back`` of the probe's log (None for what it did not print: a
-        build without the switch, a probe that failed or ran past ``timeout_s``)."""
+        build without the switch, a probe that failed or ran past ``timeout_s``), and
+        ``onednn_probe``: which probe process it came from."""
         if self.result is None:
+            assert self.process is not None
             try:
                 log, _ = self.process.communicate(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 log = ""
                 self.process.communicate()
-            self.result = onednn_verbose_read_back(log)
+            read = onednn_verbose_read_back(log)
+            if read["onednn_convolution"]:
+                _keep_read_back(self.key, read)
+            self.result = {**read, "onednn_probe": "a probe process of this run"}
         return self.result
+
+
+def probe_key(module: str, args: tuple[str, ...], framework: str) -> dict[str, object]:
+    """Everything that decides what a probe reads back: the same key, the same kernel."""
+    from accelbench.api import cpu_flags, cpu_model
+
+    return {
+        "probe": [module, *args],
+        "framework": framework,
+        "python": sys.executable,
+        "cpu": cpu_model(),
+        "cpu_flags": sorted(cpu_flags()),
+        "kernel": platform.release(),
+        "environment": {
+            name: value
+            for name, value in sorted(os.environ.items())
+            if name.startswith(PROBE_ENVIRONMENT_PREFIXES) and name not in _VERBOSE_VARIABLES
+        },
+    }
+
+
+def _kept_path(key: dict[str, object]) -> Path:
+    from accelbench.api import cache_dir
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir("onednn-probes", f"{digest}.json")
+
+
+def _kept_read_back(key: dict[str, object]) -> dict[str, str | None] | None:
+    """The read-back kept for this key, as a run's read-back; None where none is (or it is unreadable)."""
+    try:
+        kept = json.loads(_kept_path(key).read_text())
+        if kept["key"] != key:  # a digest's collision, or a file from elsewhere
+            return None
+        read = {name: kept["read_back"][name] for name in ("onednn_isa", "onednn_convolution")}
+        when = kept["probed_utc"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    source = f"a probe process of {when}, kept in the cache for the same CPU, kernel, interpreter, framework and environment"
+    return {**read, "onednn_probe": source}
+
+
+def _keep_read_back(key: dict[str, object], read: dict[str, str | None]) -> None:
+    """Kept whole or not at all (written beside, then renamed): two workers of one job may both keep one."""
+    path = _kept_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = {"key": key, "read_back": read, "probed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".partial", delete=False) as partial:
+            json.dump(kept, partial)
+        os.replace(partial.name, path)
+    except OSError:
+        pass  # a cache that cannot be written costs the next worker a probe, nothing more
 
 
 def bf16_emulation_from_onednn(

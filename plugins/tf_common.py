@@ -346,7 +346,7 @@ class TrainingRun:
         self.config, self.recipe = config, recipe
         self.tf = tf = import_tensorflow(config)
         # what TensorFlow's oneDNN runs, read back in a process of its own while this one builds
-        self.onednn_probe = start_onednn_probe(config)
+        self.onednn_probe = start_onednn_probe(config, f"tensorflow {tf.__version__}")
         import tf_keras as keras
 
         self.policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[config.resolved_precision]
@@ -507,14 +507,14 @@ def cpu_precision_warnings(config: RunConfig, onednn: dict[str, str | None]) -> 
     return [warning] if warning else []
 
 
-def start_onednn_probe(config: RunConfig) -> OnednnProbe | None:
+def start_onednn_probe(config: RunConfig, framework: str) -> OnednnProbe | None:
     """On the CPU with TensorFlow's oneDNN ops on: a probe process (``python -m`` this module) that
     runs one small convolution at the run's precision with oneDNN's verbose switch on. TensorFlow's
     oneDNN exports none of its functions and reads that switch once, then logs every primitive it
     makes, some sixty a ResNet-50 step: the worker cannot ask its own copy."""
     if config.device != "cpu" or not _onednn_enabled():
         return None
-    return OnednnProbe(__name__, (config.resolved_precision, str(config.effective_threads)), "ONEDNN_VERBOSE")
+    return OnednnProbe(__name__, (config.resolved_precision, str(config.effective_threads)), "ONEDNN_VERBOSE", framework)
 
 
 def _run_one_convolution(precision: str, threads: int) -> None:

@@ -119,11 +119,19 @@ def test_a_users_onednn_ceiling_stands_and_the_record_reads_what_onednn_ran(monk
     assert record["settings"]["onednn_max_cpu_isa"] == "AVX512_CORE"
 
 
-def test_fp32_records_its_onednn_kernel_too():
+def test_fp32_records_its_onednn_kernel_too(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no probe kept: this run's probe reads it
     record = run_backend("mxnet_ngc", timed_steps=2, warmup_steps=0)
     assert record["status"] == "ok", record["reason"]
     assert record["settings"]["onednn_convolution"] and record["settings"]["onednn_isa"]
     assert "bf16" not in record["settings"]["onednn_convolution"]
+    assert record["settings"]["onednn_probe"] == "a probe process of this run"
+    kept = run_backend("mxnet_ngc", timed_steps=2, warmup_steps=0)["settings"]  # the next worker reads it kept
+    assert "kept in the cache" in kept["onednn_probe"]
+    assert (kept["onednn_isa"], kept["onednn_convolution"]) == (
+        record["settings"]["onednn_isa"],
+        record["settings"]["onednn_convolution"],
+    )
 
 
 def test_a_run_that_asks_no_onednn_probe_says_so_in_the_keys_tensorflows_use(monkeypatch):
@@ -133,7 +141,12 @@ def test_a_run_that_asks_no_onednn_probe_says_so_in_the_keys_tensorflows_use(mon
 
     monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
     gpu_run = SimpleNamespace(onednn_probe=None)  # on a GPU no probe is started
-    assert GluonRun._onednn_settings(gpu_run) == {"onednn_max_cpu_isa": "AVX2", "onednn_isa": None, "onednn_convolution": None}
+    assert GluonRun._onednn_settings(gpu_run) == {
+        "onednn_max_cpu_isa": "AVX2",
+        "onednn_isa": None,
+        "onednn_convolution": None,
+        "onednn_probe": None,
+    }
 
 
 @pytest.mark.parametrize(

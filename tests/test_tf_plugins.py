@@ -86,9 +86,11 @@ def test_tf_benchmarks_mirrored_over_two_logical_cpus():
     assert record["throughput"]["images"] == 8 * 5
 
 
-def test_tf_benchmarks_bf16_records_bf16():
+def test_tf_benchmarks_bf16_records_bf16(monkeypatch, tmp_path):
     from accelbench.environment import cpu_flags
     from accelbench.plugins.cpu_features import bf16_emulation_warning
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no probe kept: this run's probe reads oneDNN
 
     # the thumbnail ResNet: what is read back does not depend on the model, and a CPU without bf16
     # (Zen 3) emulates every bf16 product of the step, ResNet-50's at great cost
@@ -102,6 +104,7 @@ def test_tf_benchmarks_bf16_records_bf16():
     assert record["precision"] == "bf16"
     assert record["settings"]["compute_dtype"] == "bfloat16"
     assert record["settings"]["variable_dtype"] == "float32"
+    assert record["settings"]["onednn_probe"] == "a probe process of this run"
 
 
 @pytest.mark.parametrize(

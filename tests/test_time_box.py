@@ -233,16 +233,64 @@ def test_onednn_verbose_logs_of_both_formats_are_read(log, isa, kernel):
     assert onednn_verbose_read_back(log) == {"onednn_isa": isa, "onednn_convolution": kernel}
 
 
-def test_a_onednn_probe_that_fails_or_hangs_reads_back_nothing(monkeypatch):
+def test_a_onednn_probe_that_fails_or_hangs_reads_back_nothing_and_is_not_kept(monkeypatch, tmp_path):
     from accelbench.plugins.cpu_features import OnednnProbe
 
-    unread = {"onednn_isa": None, "onednn_convolution": None}  # as the records spell it
-    assert OnednnProbe("accelbench_no_such_probe", (), "ONEDNN_VERBOSE").read_back() == unread
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    # as the records spell it
+    unread = {"onednn_isa": None, "onednn_convolution": None, "onednn_probe": "a probe process of this run"}
+    for _ in range(2):  # nothing kept: the second probe runs too
+        failed = OnednnProbe("accelbench_no_such_probe", (), "ONEDNN_VERBOSE", "none 0")
+        assert failed.process is not None and failed.read_back() == unread
     monkeypatch.setattr(OnednnProbe, "timeout_s", 0.5)
     started = time.monotonic()
-    hanging = OnednnProbe("timeit", ("-n1", "-r1", "import time; time.sleep(30)"), "ONEDNN_VERBOSE")
+    hanging = OnednnProbe("timeit", ("-n1", "-r1", "import time; time.sleep(30)"), "ONEDNN_VERBOSE", "none 0")
     assert hanging.read_back() == unread and time.monotonic() - started < 10
-    assert hanging.process.returncode is not None  # killed, not left running
+    assert hanging.process is not None and hanging.process.returncode is not None  # killed, not left running
+    assert not (tmp_path / "accelbench" / "onednn-probes").exists() or not any(
+        (tmp_path / "accelbench" / "onednn-probes").iterdir()
+    )
+
+
+FAKE_PROBE = """import sys
+print("onednn_verbose,v1,info,cpu,isa:" + sys.argv[1])
+print("onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx512_core_amx,forward_training,src:bf16")
+"""
+
+
+def test_a_probes_read_back_is_kept_for_the_same_machine_framework_and_environment(monkeypatch, tmp_path):
+    """A second worker with everything that decides oneDNN's kernel the same reads the first's
+    probe from the cache and says so; another framework version, probe argument or oneDNN
+    variable probes afresh; a variable oneDNN does not read changes nothing."""
+    from accelbench.plugins.cpu_features import OnednnProbe
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    (tmp_path / "fake_probe.py").write_text(FAKE_PROBE)  # what oneDNN's verbose log would say
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+
+    def probe(framework="fake 1.0", isa="Intel AMX"):
+        return OnednnProbe("fake_probe", (isa,), "ONEDNN_VERBOSE", framework)
+
+    first = probe()
+    assert first.process is not None
+    assert first.read_back() == {
+        "onednn_isa": "Intel AMX",
+        "onednn_convolution": "brg_conv_fwd:avx512_core_amx",
+        "onednn_probe": "a probe process of this run",
+    }
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # no variable of oneDNN's
+    again = probe()
+    assert again.process is None  # no process started
+    kept = again.read_back()
+    assert {k: kept[k] for k in ("onednn_isa", "onednn_convolution")} == {
+        k: first.read_back()[k] for k in ("onednn_isa", "onednn_convolution")
+    }
+    assert kept["onednn_probe"].startswith("a probe process of 20") and "kept in the cache" in kept["onednn_probe"]
+    assert probe(framework="fake 1.1").process is not None
+    assert probe(isa="Intel AVX-512").process is not None
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    assert probe().process is not None
 
 
 @pytest.mark.parametrize(

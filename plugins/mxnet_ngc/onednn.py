@@ -53,14 +53,14 @@ def ceiling() -> str | None:
     return os.environ.get(ISA_VARIABLE) or None
 
 
-def start_probe(precision: str) -> OnednnProbe:
+def start_probe(precision: str, framework: str) -> OnednnProbe:
     """A probe process with this process's environment (the ceiling included) that runs one
     convolution at ``precision``; its ``read_back`` gives oneDNN's instruction set and the kernel.
 
     A probe, because libmxnet.so exports none of oneDNN's own functions and oneDNN reads its
     verbose switch once, at start: the worker cannot ask its own copy.
     """
-    return OnednnProbe(__name__, (precision,), "DNNL_VERBOSE")
+    return OnednnProbe(__name__, (precision,), "DNNL_VERBOSE", framework)
 
 
 def _run_one_convolution(precision: str) -> None:

@@ -121,7 +121,9 @@ class GluonRun:
         self.config = config
         self.mx = mx = import_mxnet()
         # oneDNN's read-back runs in a process of its own while this one builds the network
-        self.onednn_probe = onednn.start_probe(config.resolved_precision) if config.device == "cpu" else None
+        self.onednn_probe = (
+            onednn.start_probe(config.resolved_precision, f"mxnet {mx.__version__}") if config.device == "cpu" else None
+        )
         from mxnet import gluon
         from mxnet.gluon.model_zoo import vision
 
