@@ -123,6 +123,7 @@ class OnednnProbe:
     timeout_s = 120
 
     def __init__(self, module: str, args: tuple[str, ...], verbose_variable: str, framework: str):
+        """``framework``: the framework's ``framework_identity``."""
         self.key = probe_key(module, args, framework)
         self.result: dict[str, str | None] | None = _kept_read_back(self.key)
         self.process = None
@@ -153,6 +154,18 @@ class OnednnProbe:
                 _keep_read_back(self.key, read)
             self.result = {**read, "onednn_probe": "a probe process of this run"}
         return self.result
+
+
+def framework_identity(framework: object) -> str:
+    """The imported framework as a probe's key names it: its name and version, and where its
+    package lies and when that was written, so a reinstall of another build under the same version
+    (another oneDNN inside) is another key."""
+    path = str(getattr(framework, "__file__", "") or "")
+    try:
+        written = os.stat(path).st_mtime_ns
+    except OSError:
+        written = 0
+    return f"{getattr(framework, '__name__', '?')} {getattr(framework, '__version__', '?')} at {path} ({written})"
 
 
 def probe_key(module: str, args: tuple[str, ...], framework: str) -> dict[str, object]:

@@ -19,7 +19,7 @@ from typing import Any
 from accelbench import DeviceMemory, Option, Prepared, RunConfig
 from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError, training_flops
 
-from .cpu_features import OnednnProbe, bf16_emulation_from_onednn, bf16_emulation_warning, onednn_unread
+from .cpu_features import OnednnProbe, bf16_emulation_from_onednn, bf16_emulation_warning, framework_identity, onednn_unread
 from .model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 KERAS_PACKAGE = "tf_keras"
@@ -346,7 +346,7 @@ class TrainingRun:
         self.config, self.recipe = config, recipe
         self.tf = tf = import_tensorflow(config)
         # what TensorFlow's oneDNN runs, read back in a process of its own while this one builds
-        self.onednn_probe = start_onednn_probe(config, f"tensorflow {tf.__version__}")
+        self.onednn_probe = start_onednn_probe(config, framework_identity(tf))
         import tf_keras as keras
 
         self.policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[config.resolved_precision]

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -291,6 +292,22 @@ def test_a_probes_read_back_is_kept_for_the_same_machine_framework_and_environme
     assert probe(isa="Intel AVX-512").process is not None
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     assert probe().process is not None
+
+
+def test_a_framework_reinstalled_under_the_same_version_is_another_probe_key(tmp_path):
+    """Another build of one version (another oneDNN inside) lies in newly written files."""
+    from types import SimpleNamespace
+
+    from accelbench.plugins.cpu_features import framework_identity
+
+    init = tmp_path / "fakefw" / "__init__.py"
+    init.parent.mkdir()
+    init.write_text("")
+    framework = SimpleNamespace(__name__="fakefw", __version__="2.0", __file__=str(init))
+    before = framework_identity(framework)
+    assert before.startswith(f"fakefw 2.0 at {init} (")
+    os.utime(init, ns=(init.stat().st_atime_ns, init.stat().st_mtime_ns + 10**9))  # reinstalled
+    assert framework_identity(framework) != before
 
 
 @pytest.mark.parametrize(

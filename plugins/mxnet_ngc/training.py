@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from accelbench.api import DeviceMemory, Prepared, RunConfig, cpu_flags, training_flops
-from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, onednn_unread
+from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, framework_identity, onednn_unread
 
 from . import onednn
 from .onednn import import_mxnet
@@ -122,7 +122,7 @@ class GluonRun:
         self.mx = mx = import_mxnet()
         # oneDNN's read-back runs in a process of its own while this one builds the network
         self.onednn_probe = (
-            onednn.start_probe(config.resolved_precision, f"mxnet {mx.__version__}") if config.device == "cpu" else None
+            onednn.start_probe(config.resolved_precision, framework_identity(mx)) if config.device == "cpu" else None
         )
         from mxnet import gluon
         from mxnet.gluon.model_zoo import vision
