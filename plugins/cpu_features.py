@@ -102,8 +102,10 @@ def c_stdout_captured() -> Iterator[CapturedOutput]:
 #: variables for oneDNN (its ceiling and switches, under each of its names), for the frameworks'
 #: use of it, and for OpenMP, which runs its threads
 PROBE_ENVIRONMENT_PREFIXES = ("ONEDNN_", "DNNL_", "MKLDNN_", "TF_", "MXNET_", "OMP_", "KMP_")
-#: the probe's own verbose switch is set by the probe, whatever the worker has
-_VERBOSE_VARIABLES = ("ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE")
+#: of those, what the key leaves out: the probe's own verbose switch, which the probe sets whatever
+#: the worker has, and TensorFlow's cluster description (each multi-worker job's own ports), which
+#: says where a worker is, not how it computes: in the key it would keep a probe for every job
+_NOT_KEYED = ("ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE", "TF_CONFIG")
 
 
 class OnednnProbe:
@@ -182,7 +184,7 @@ def probe_key(module: str, args: tuple[str, ...], framework: str) -> dict[str, o
         "environment": {
             name: value
             for name, value in sorted(os.environ.items())
-            if name.startswith(PROBE_ENVIRONMENT_PREFIXES) and name not in _VERBOSE_VARIABLES
+            if name.startswith(PROBE_ENVIRONMENT_PREFIXES) and name not in _NOT_KEYED
         },
     }
 

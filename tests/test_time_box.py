@@ -281,6 +281,7 @@ def test_a_probes_read_back_is_kept_for_the_same_machine_framework_and_environme
         "onednn_probe": "a probe process of this run",
     }
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # no variable of oneDNN's
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:40001"]}}')  # a job's own ports
     again = probe()
     assert again.process is None  # no process started
     kept = again.read_back()
