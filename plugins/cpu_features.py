@@ -212,15 +212,16 @@ def _kept_read_back(key: dict[str, object]) -> dict[str, str | None] | None:
 
 def _keep_read_back(key: dict[str, object], read: dict[str, str | None]) -> None:
     """Kept whole or not at all (written beside, then renamed): two workers of one job may both keep one."""
-    path = _kept_path(key)
+    path, partial = _kept_path(key), None
+    kept = {"key": key, "read_back": read, "probed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        kept = {"key": key, "read_back": read, "probed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".partial", delete=False) as partial:
             json.dump(kept, partial)
         os.replace(partial.name, path)
-    except OSError:
-        pass  # a cache that cannot be written costs the next worker a probe, nothing more
+    except OSError:  # a cache that cannot be written costs the next worker a probe, nothing more
+        if partial is not None:
+            Path(partial.name).unlink(missing_ok=True)  # no half-written file left beside the kept ones
 
 
 def bf16_emulation_from_onednn(

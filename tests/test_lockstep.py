@@ -527,6 +527,7 @@ def test_a_lever_that_cannot_be_a_lever_is_refused_before_any_worker(accelbench_
     out = tmp_path / "refused.json"
     result = accelbench_cli("run", "--plugin", "sleepy", *QUICK, "--lever", lever, "-o", str(out))
     assert result.returncode == 2 and message in result.stderr and not out.exists(), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr  # one line
 
 
 def test_a_lever_sets_run_fields_that_change_how_not_what_and_options_for_the_rest():
