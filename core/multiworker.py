@@ -24,6 +24,9 @@ from .timing import ProcessUsage
 from .workers import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
 
 SERVICE_EXIT_GRACE_S = 20
+# how long a worker's error waits for a peer's death to show (the kernel closes a dying process's
+# sockets before its parent can reap it)
+PEER_DEATH_WAIT_S = 1.0
 
 
 def run_trial(
@@ -106,8 +109,31 @@ def _all(
             )
         for conn in ready:
             who, process = by_conn[conn]
-            _take(process, who, answers, on_progress if who == 0 else None)
+            try:
+                _take(process, who, answers, on_progress if who == 0 else None)
+            except WorkerFailure as failure:
+                raise _root_cause(failure, process, workers, services) from None
     return [answers[rank] for rank in range(len(workers))]
+
+
+def _root_cause(failure: WorkerFailure, failed: Worker, workers: list[Worker], services: list[Worker]) -> WorkerFailure:
+    """A worker that reports an error may only be the first to notice a peer's death (a collective
+    that reads from a killed peer's socket fails at once, sometimes before the host has read that
+    peer's end): a peer that has died, or dies within a moment, is named first as the cause."""
+    if failed.process.poll() is not None:  # its own death: it is the cause
+        return failure
+    deadline = time.monotonic() + PEER_DEATH_WAIT_S
+    peers = [(f"worker rank {rank}", w) for rank, w in enumerate(workers)] + [(f"{s.label} process", s) for s in services]
+    peers = [(who, p) for who, p in peers if p is not failed]
+    while peers:
+        for who, peer in peers:
+            death = peer.death(0)
+            if death:
+                return WorkerFailure("failed", f"{who}: {death} [log: {peer.name_log()}]; then {failure.reason}")
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return failure
 
 
 def _check_memory(process: Worker, rank: int) -> None:

@@ -125,6 +125,11 @@ class Worker:
         except (EOFError, ConnectionResetError):
             raise WorkerFailure("failed", f"process died during {self.phase}: {_exit_text(self.wait_exit(5))}") from None
 
+    def death(self, within_s: float) -> str | None:
+        """How the process ended, if it ends within ``within_s`` seconds (None while it lives)."""
+        code = self.wait_exit(within_s)
+        return None if code is None else f"process died during {self.phase}: {_exit_text(code)}"
+
     def keep_log(self, failure: WorkerFailure) -> WorkerFailure:
         """The failure, with the path of the worker's log (kept for the user) appended."""
         return WorkerFailure(failure.status, f"{failure.reason} [worker log: {self.name_log()}]")

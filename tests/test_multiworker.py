@@ -14,6 +14,7 @@ from accelbench import launch, multiworker, netns, runner
 from accelbench.config import RunConfig
 from accelbench.records import TrialOutcome
 from accelbench.registry import PluginHost
+from accelbench.workers import Worker, WorkerFailure
 from conftest import executed
 
 HAS = {
@@ -227,6 +228,27 @@ def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin, tmp_pa
     assert all(o.status == "failed" for o in outcomes)
     assert "worker rank 1" in outcomes[0].reason and "killed by SIGKILL" in outcomes[0].reason
     assert not any(_alive(w.process.pid) for w in started[0])
+
+
+def test_a_workers_error_names_the_peer_whose_death_it_noticed(testplugins_path, monkeypatch):
+    """A collective reading from a killed peer fails at once, sometimes before the host has read
+    that peer's end (CI once named the surviving rank 0's gloo read error as the cause)."""
+    monkeypatch.syspath_prepend(str(testplugins_path))
+    [ref] = PluginHost().select(backends=["sleepy:fixed-time"])
+    [item] = runner.plan([ref], RunConfig(scaling_baseline=False))
+    workers = [Worker(ref, item.config, label=f"rank{rank}") for rank in range(2)]
+    try:
+        noticed = WorkerFailure("failed", "worker rank 0: RuntimeError: Read error [127.0.0.1]")
+        began = time.monotonic()
+        assert multiworker._root_cause(noticed, workers[0], workers, []) is noticed  # no peer died
+        assert time.monotonic() - began >= multiworker.PEER_DEATH_WAIT_S
+        workers[1].process.kill()
+        cause = multiworker._root_cause(noticed, workers[0], workers, []).reason
+        assert cause.startswith("worker rank 1: process died during") and "killed by SIGKILL" in cause
+        assert cause.endswith("; then worker rank 0: RuntimeError: Read error [127.0.0.1]")
+    finally:
+        for worker in workers:
+            worker.close()
 
 
 def test_a_backend_without_an_engine_is_unavailable_for_several_workers(testplugins_path, monkeypatch):
