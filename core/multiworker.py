@@ -112,28 +112,31 @@ def _all(
             try:
                 _take(process, who, answers, on_progress if who == 0 else None)
             except WorkerFailure as failure:
-                raise _root_cause(failure, process, workers, services) from None
+                raise _root_cause(failure, process, list(by_conn.values())) from None
     return [answers[rank] for rank in range(len(workers))]
 
 
-def _root_cause(failure: WorkerFailure, failed: Worker, workers: list[Worker], services: list[Worker]) -> WorkerFailure:
+def _root_cause(failure: WorkerFailure, failed: Worker, members: list[tuple[int | None, Worker]]) -> WorkerFailure:
     """A worker that reports an error may only be the first to notice a peer's death (a collective
     that reads from a killed peer's socket fails at once, sometimes before the host has read that
-    peer's end): a peer that has died, or dies within a moment, is named first as the cause."""
+    peer's end): a peer among ``members`` (rank, or None for a service) that has died, or dies
+    within a moment, is named first as the cause."""
     if failed.process.poll() is not None:  # its own death: it is the cause
         return failure
+    peers = [(rank, peer) for rank, peer in members if peer is not failed]
     deadline = time.monotonic() + PEER_DEATH_WAIT_S
-    peers = [(f"worker rank {rank}", w) for rank, w in enumerate(workers)] + [(f"{s.label} process", s) for s in services]
-    peers = [(who, p) for who, p in peers if p is not failed]
-    while peers:
-        for who, peer in peers:
+    while True:
+        for rank, peer in peers:
             death = peer.death(0)
             if death:
-                return WorkerFailure("failed", f"{who}: {death} [log: {peer.name_log()}]; then {failure.reason}")
-        if time.monotonic() >= deadline:
-            break
+                return WorkerFailure("failed", f"{_who(rank, peer)}: {death} [log: {peer.name_log()}]; then {failure.reason}")
+        if not peers or time.monotonic() >= deadline:
+            return failure
         time.sleep(0.05)
-    return failure
+
+
+def _who(rank: int | None, process: Worker) -> str:
+    return f"worker rank {rank}" if rank is not None else f"{process.label} process"
 
 
 def _check_memory(process: Worker, rank: int) -> None:
@@ -146,7 +149,7 @@ def _check_memory(process: Worker, rank: int) -> None:
 def _take(
     process: Worker, rank: int | None, answers: dict[int, Any], on_progress: Callable[[str, int, int], None] | None
 ) -> None:
-    who = f"worker rank {rank}" if rank is not None else f"{process.label} process"
+    who = _who(rank, process)
     try:
         done, answer = process.take(process.receive_now(), on_progress)
     except WorkerFailure as failure:

@@ -123,12 +123,15 @@ class Worker:
             message: tuple[Any, ...] = self.conn.recv()
             return message
         except (EOFError, ConnectionResetError):
-            raise WorkerFailure("failed", f"process died during {self.phase}: {_exit_text(self.wait_exit(5))}") from None
+            raise WorkerFailure("failed", self._died(self.wait_exit(5))) from None
 
     def death(self, within_s: float) -> str | None:
         """How the process ended, if it ends within ``within_s`` seconds (None while it lives)."""
         code = self.wait_exit(within_s)
-        return None if code is None else f"process died during {self.phase}: {_exit_text(code)}"
+        return None if code is None else self._died(code)
+
+    def _died(self, code: int | None) -> str:
+        return f"process died during {self.phase}: {_exit_text(code)}"
 
     def keep_log(self, failure: WorkerFailure) -> WorkerFailure:
         """The failure, with the path of the worker's log (kept for the user) appended."""
@@ -170,7 +173,7 @@ class Worker:
             message: tuple[Any, ...] = self.conn.recv()
             return message
         except (EOFError, ConnectionResetError):
-            raise WorkerFailure("failed", f"worker process died during {self.phase}: {_exit_text(self.wait_exit(5))}") from None
+            raise WorkerFailure("failed", f"worker {self._died(self.wait_exit(5))}") from None
 
     def request_exit(self) -> None:
         if self.process.poll() is None and not self.conn.closed:

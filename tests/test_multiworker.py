@@ -240,10 +240,10 @@ def test_a_workers_error_names_the_peer_whose_death_it_noticed(testplugins_path,
     try:
         noticed = WorkerFailure("failed", "worker rank 0: RuntimeError: Read error [127.0.0.1]")
         began = time.monotonic()
-        assert multiworker._root_cause(noticed, workers[0], workers, []) is noticed  # no peer died
+        assert multiworker._root_cause(noticed, workers[0], list(enumerate(workers))) is noticed  # no peer died
         assert time.monotonic() - began >= multiworker.PEER_DEATH_WAIT_S
         workers[1].process.kill()
-        cause = multiworker._root_cause(noticed, workers[0], workers, []).reason
+        cause = multiworker._root_cause(noticed, workers[0], list(enumerate(workers))).reason
         assert cause.startswith("worker rank 1: process died during") and "killed by SIGKILL" in cause
         assert cause.endswith("; then worker rank 0: RuntimeError: Read error [127.0.0.1]")
     finally:
