@@ -21,6 +21,19 @@ class Lock:
     sha256: str
 
 
+@dataclass(frozen=True)
+class Installed:
+    """What a worker process read of its own Python when it started (``accelbench.worker``): its
+    interpreter, that Python's version, the versions of the distributions its backend names, and
+    the lock of every distribution installed there. Read in the worker, never in the host: a worker
+    may run another Python than the host's (an environment of its own)."""
+
+    python: str
+    python_version: str
+    packages: dict[str, str]
+    lock: Lock
+
+
 @dataclass
 class Accelerator:
     kind: str
@@ -34,7 +47,8 @@ class Accelerator:
 
 @dataclass
 class WorkerEnvironment:
-    """The Python the workers ran when it was not the host's, and what was installed there."""
+    """The Python the workers ran (``kind``: the host's, an environment made for them, one the
+    user gave) and, read in a worker (``Installed``), its version and what was installed there."""
 
     kind: str
     python: str

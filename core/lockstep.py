@@ -52,7 +52,7 @@ from .records import Record, RunContext, TrialOutcome
 from .runner import RunObserver, ScheduledRun
 from .schedule import Schedule
 from .timing import ProcessUsage, Timing
-from .workers import Worker, WorkerFailure
+from .workers import Worker, WorkerFailure, installed_by
 
 if TYPE_CHECKING:
     from .planning import Plan
@@ -197,6 +197,7 @@ class Side:
             started_utc=self.started_utc,
             device_memory=self.device_memory,
             startup=self.startup,
+            installed=installed_by(self.worker),
         )
 
     def close(self) -> None:
@@ -397,6 +398,7 @@ class LockstepRun(ScheduledRun):
                 side.prepared,
                 blocks=list(side.blocks) or None,
                 started_utc=side.started_utc,
+                installed=installed_by(side.worker),
             ),
             observer,
         )

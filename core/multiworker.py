@@ -21,7 +21,7 @@ from .launch import LaunchPlan
 from .records import TrialOutcome, TrialRow
 from .registry import BackendRef
 from .timing import ProcessUsage
-from .workers import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure
+from .workers import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure, installed_by
 
 SERVICE_EXIT_GRACE_S = 20
 # how long a worker's error waits for a peer's death to show (the kernel closes a dying process's
@@ -54,18 +54,27 @@ def run_trial(
         reasons = _all(workers, services, "check")
         refusal = next((r for r in reasons if r), None)
         if refusal:
-            return [TrialOutcome("unavailable", refusal) for _ in workers]
+            return [TrialOutcome("unavailable", refusal, installed=installed_by(w)) for w in workers]
         prepared = _all(workers, services, "prepare")
         timings = _all(workers, services, "run", on_progress=on_progress)
         memories = _all(workers, services, "device_memory")
         finals = _all(workers, services, "teardown")
         completed = True
         return [
-            TrialOutcome("ok", "", t, p, f, device_memory=m, startup=Startup.of(w.spawned, t.startup, p.compile_s))
+            TrialOutcome(
+                "ok",
+                "",
+                t,
+                p,
+                f,
+                device_memory=m,
+                startup=Startup.of(w.spawned, t.startup, p.compile_s),
+                installed=installed_by(w),
+            )
             for t, p, f, m, w in zip(timings, prepared, finals, memories, workers)
         ]
     except WorkerFailure as failure:
-        return [TrialOutcome(failure.status, failure.reason) for _ in launch.worker_envs]
+        return [TrialOutcome(failure.status, failure.reason, installed=installed_by(*workers)) for _ in launch.worker_envs]
     finally:
         for process in workers:  # all at once: a framework's shutdown may wait for every peer
             process.request_exit()
@@ -154,9 +163,9 @@ def _take(
         done, answer = process.take(process.receive_now(), on_progress)
     except WorkerFailure as failure:
         raise WorkerFailure(failure.status, f"{who}: {failure.reason} [log: {process.name_log()}]") from None
-    if rank is None:  # a service answering means it stopped serving while workers still need it
+    if rank is None and done:  # a service answering means it stopped serving while workers still need it
         raise WorkerFailure("failed", f"{who} ended before the workers finished [log: {process.name_log()}]")
-    if done:
+    if done and rank is not None:
         answers[rank] = answer
 
 
@@ -175,6 +184,8 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
     workers' images / the slowest worker's wall time), rank 0's losses; the workers' peak resident
     sets summed, the largest device peak, the last rank's start-up (the job waits for it)."""
     timings = [o.timing for o in outcomes if o.status == "ok" and o.timing is not None]
+    # every rank's reading: the record says so when the ranks ran different distributions
+    installed = [reading for o in outcomes for reading in o.installed or ()] or None
     if len(timings) != len(outcomes):
         worst = next((o for o in outcomes if o.status != "ok"), outcomes[0])
         return TrialOutcome(
@@ -182,6 +193,7 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
             worst.reason or "a worker timed nothing",
             None,
             outcomes[0].prepared,
+            installed=installed,
         )
     slowest = max(timings, key=lambda t: t.wall_time_s)
     timing = dataclasses.replace(
@@ -203,6 +215,7 @@ def merge(outcomes: list[TrialOutcome]) -> TrialOutcome:
         device_memory=device_memory,
         startup=max(startups, key=lambda s: s.worker_to_first_step_s) if startups else None,
         footprint_notes=notes,
+        installed=installed,
     )
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 
 from . import footprint, peaks, stats, validation
 from .backend import DeviceMemory, Prepared
-from .blocks import Block, Cost, Distributed, Environment, Schedule, Training, WorkerEnvironment
+from .blocks import Block, Cost, Distributed, Environment, Installed, Schedule, Training, WorkerEnvironment
 from .config import RunConfig, lever_text
 from .errors import UsageError
 from .jsonform import from_json, omitted_while_none, to_object
@@ -60,6 +60,9 @@ class TrialOutcome:
     #: where a figure of ``accelbench.footprint`` differs from a single worker's: why it is missing
     #: ("startup", "host_memory", "device_memory", "energy") or what it is ("host_source")
     footprint_notes: dict[str, str] | None = None
+    #: what each of its worker processes read of its own Python (``Worker.installed``): one per
+    #: process, every rank of a multi-worker trial
+    installed: list[Installed] | None = None
 
 
 @dataclass
@@ -362,7 +365,7 @@ def _assemble(ctx: RunContext) -> Record:
         settings=dict(prepared.settings),
         config=cfg.to_dict(),
         environment=_environment(ctx),
-        warnings=list(prepared.warnings),
+        warnings=list(prepared.warnings) + _differing_workers(ctx),
         distributed=dataclasses.replace(ctx.distributed) if ctx.distributed else None,
         schedule=ctx.schedule,
     )
@@ -391,12 +394,47 @@ def _assemble(ctx: RunContext) -> Record:
 
 
 def _environment(ctx: RunContext) -> Environment:
-    """The host's environment, with the worker's Python and the packages installed there (read
-    in the worker) when the workers ran another Python than the host's."""
-    if not ctx.worker:
+    """The host's environment, with the Python the workers ran and what they read installed there:
+    ``packages`` names the worker's version wherever it differs from the host's (the host's own
+    stay in ``lock``), ``worker`` holds the worker's Python, its version, packages and lock."""
+    reading = next(iter(worker_readings(ctx)), None)
+    worker = ctx.worker
+    if reading is not None:
+        worker = dataclasses.replace(
+            worker or WorkerEnvironment("host", reading.python),
+            python=reading.python,
+            python_version=reading.python_version,
+            packages=dict(reading.packages),
+            lock=reading.lock,
+        )
+    if not worker:
         return ctx.environment
-    packages = {**ctx.environment.packages, **(ctx.worker.packages or {})}
-    return dataclasses.replace(ctx.environment, packages=packages, worker=ctx.worker)
+    packages = {**ctx.environment.packages, **(worker.packages or {})}
+    return dataclasses.replace(ctx.environment, packages=packages, worker=worker)
+
+
+def _differing_workers(ctx: RunContext) -> list[str]:
+    """A warning when the run's worker processes did not all run the same installed distributions
+    (ranks on hosts installed apart, an environment changed between trials): the record keeps
+    the first one's."""
+    readings = worker_readings(ctx)
+    if len(readings) < 2:
+        return []
+    first, *others = readings
+    changed = sorted({pin for other in others for pin in set(other.lock.distributions) ^ set(first.lock.distributions)})
+    return [
+        f"the run's worker processes ran {len(readings)} different sets of installed distributions "
+        f"(environment.worker keeps the first's; differing: {', '.join(changed[:8]) or 'the interpreter'})"
+    ]
+
+
+def worker_readings(ctx: RunContext) -> list[Installed]:
+    """The distinct readings of the run's worker processes (by their lock), in the order read."""
+    distinct: dict[str, Installed] = {}
+    for outcome in ctx.outcomes:
+        for reading in outcome.installed or ():
+            distinct.setdefault(reading.lock.sha256, reading)
+    return list(distinct.values())
 
 
 def complete_flops(

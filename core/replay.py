@@ -15,6 +15,7 @@ so.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -62,9 +63,20 @@ def replay_of(record: Record) -> Replay:
     return Replay(record, f"{record.plugin.name}:{record.backend.name}", config, tuple(framework_pins(record)))
 
 
+#: distributions a worker environment gets from accelbench itself, never from a record's lock
+NOT_RESTORED = frozenset({"accelbench", "pip", "setuptools", "wheel"})
+
+
 def framework_pins(record: Record) -> list[str]:
-    """The record's framework distributions (not accelbench's own) whose version here differs."""
+    """What the rerun's workers must hold. A record whose workers ran a Python of their own (an
+    environment, or one the user gave): every distribution of the lock read in that worker (but
+    accelbench and the plugin's own distribution, which come from here), so its environment is
+    made again as it was, whatever the host has. Otherwise (the host's Python): the record's
+    framework distributions (not accelbench's own) whose version here differs."""
     worker = record.environment.worker
+    if worker is not None and worker.kind != "host" and worker.lock is not None:
+        own = NOT_RESTORED | {_normalized(worker.plugin.split()[0])} if worker.plugin else NOT_RESTORED
+        return [pin for pin in worker.lock.distributions if _normalized(pin.split("==", 1)[0]) not in own]
     recorded = {**record.environment.packages, **((worker.packages if worker else None) or {})}
     pins = []
     for name, version in sorted(recorded.items()):
@@ -77,6 +89,10 @@ def framework_pins(record: Record) -> list[str]:
         if here != version:
             pins.append(f"{name}=={version}")
     return pins
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def lock_of(record: Record) -> Lock | None:

@@ -16,16 +16,14 @@ from typing import Any, Callable, Iterator
 from . import config as configuration
 from . import distributed, environment, envs, footprint, records, stats
 from .blocks import Schedule as ScheduleBlock
-from .blocks import WorkerEnvironment
 from .config import RunConfig
-from .jsonform import from_json, to_json
 from .planning import Plan as Plan  # the Python API: runner.plan, then runner.execute
 from .planning import plan as plan
 from .records import Record, RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .schedule import MIN_DECIDING_ROUNDS, Schedule
 from .schedule import slots as schedule_slots
-from .workers import Worker, WorkerFailure
+from .workers import Worker, WorkerFailure, installed_by
 
 
 class RunObserver:
@@ -62,19 +60,24 @@ def run_trial(
     config: RunConfig,
     on_progress: Callable[[str, int, int], None] | None = None,
     python: str | None = None,
-    on_environment: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrialOutcome:
     """check → prepare → timing loop (or train mode's epoch loop) → teardown, in one fresh worker
-    (of ``python``, else the host's; ``on_environment`` gets what is installed there)."""
+    (of ``python``, else the host's); the outcome keeps what the worker read installed there."""
     try:
         handle = Worker(ref, config, python=python)
     except WorkerFailure as failure:
         return TrialOutcome(failure.status, failure.reason)
+    try:
+        outcome = _trial_in(handle, config, on_progress)
+    finally:
+        handle.close()
+    outcome.installed = installed_by(handle)
+    return outcome
+
+
+def _trial_in(handle: Worker, config: RunConfig, on_progress: Callable[[str, int, int], None] | None) -> TrialOutcome:
     prepared = None
     try:
-        if on_environment:
-            info = ref.backend.describe()
-            on_environment(handle.call("environment", list(info.requires), [*environment.CORE_PACKAGES, *info.environment]))
         reason = handle.call("check")
         if reason:
             return TrialOutcome("unavailable", reason)
@@ -108,8 +111,6 @@ def run_trial(
     except WorkerFailure as failure:
         failure = handle.keep_log(failure)
         return TrialOutcome(failure.status, failure.reason, None, prepared)
-    finally:
-        handle.close()
 
 
 def execute(
@@ -218,11 +219,10 @@ class ScheduledRun:
         except envs.EnvironmentError_ as exc:
             outcome = TrialOutcome("unavailable", f"no worker environment: {exc}")
         else:
-            learn = self._learn_worker(index) if python else None
             if ctx.config.workers > 1:
                 outcome = distributed.local_trial(ctx, progress, python)
             else:
-                outcome = run_trial(ctx.ref, ctx.config, progress, python, learn)
+                outcome = run_trial(ctx.ref, ctx.config, progress, python)
         outcome.round, outcome.position = round_index, position
         outcome.started_utc, outcome.ended_utc = started, records.utc_now("milliseconds")
         ctx.outcomes.append(outcome)
@@ -237,13 +237,6 @@ class ScheduledRun:
             self.pythons[index] = python
             self.contexts[index].worker = dataclasses.replace(described, added=list(setup.added) or None)
         return self.pythons[index]
-
-    def _learn_worker(self, index: int) -> Callable[[dict[str, Any]], None]:
-        def learn(found: dict[str, Any]) -> None:  # what the worker read in its own Python, as JSON over its pipe
-            known = self.contexts[index].worker
-            self.contexts[index].worker = from_json(WorkerEnvironment, {**(to_json(known) if known else {}), **found})
-
-        return learn
 
     def records(self, final: bool = False) -> dict[int, Record]:
         """The record of every plan that has run (or was refused), by plan index; all when ``final``."""

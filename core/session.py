@@ -13,7 +13,7 @@ from .planning import plan
 from .records import Record, RunContext, TrialOutcome, build
 from .registry import BackendRef
 from .timing import StartupMarks, Timing
-from .workers import Worker
+from .workers import Worker, installed_by
 
 
 class Unavailable(Exception):
@@ -100,6 +100,7 @@ class BackendSession:
             device_memory=self.worker.call("device_memory"),
             startup=self._startup(timed_calls, warmup_calls),
             footprint_notes=SESSION_NOTES,
+            installed=installed_by(self.worker),
         )
         ctx = RunContext(
             self.ref, config, environment.collect(self.ref.backend.describe().requires), [outcome], worker=self.worker_described

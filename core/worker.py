@@ -1,7 +1,8 @@
 """The worker process: one backend, one config, a fresh interpreter.
 
 The host sends commands over a pipe; the worker answers each with ``("ok", payload)`` or
-``("error", kind, message)``, and may send ``("progress", phase, done, total)`` meanwhile.
+``("error", kind, message)``, and may send ``("progress", phase, done, total)`` meanwhile. Its
+first message, before any command, is ``("installed", Installed)``: what its own Python holds.
 
 Commands: ``check``, ``prepare``, ``run`` (the timing loop), ``step`` (one synced step, or a
 block of them, for pytest-benchmark and lockstep), ``warm_up`` (the config's warm-up alone, before
@@ -25,6 +26,7 @@ from typing import Any, Callable
 
 from . import allocators, datasets, energy, training
 from .backend import Backend, DeviceMemory, Prepared
+from .blocks import Installed, Lock
 from .config import RunConfig
 from .timing import StartupMarks, Timing, TimingPlan, run_timed, warm_up_marked
 
@@ -81,6 +83,9 @@ def main(fd: int) -> None:
         sys.path[:] = host_path + [p for p in sys.path if p not in host_path]
     backend, config = conn.recv()
     frameworks = conn.recv()
+    # the first message of every worker, unasked: what this Python has installed, so that every
+    # record names what its worker ran, whichever path of the host started it
+    conn.send(("installed", installed_here(backend)))
     apply_process_settings(config)
     session = _Session(conn, backend, config, frameworks)
     while True:
@@ -127,7 +132,6 @@ class _Session:
             "device_memory": lambda: _device_memory(self.backend),  # after the timed steps: the framework's peak
             "prepare_matmul": lambda size: _checked(self.backend.prepare_matmul(self.config, size), "prepare_matmul"),
             "matmul": self._matmul,
-            "environment": _installed,  # what is installed where this worker runs
             "teardown": self.backend.teardown,
             "serve": lambda: self.backend.serve(self.config),
         }
@@ -195,9 +199,18 @@ class _Session:
         self.conn.send(("progress", phase, done, total))
 
 
-def _installed(modules: list[str], requirements: list[str]) -> dict[str, Any]:
+def installed_here(backend: Backend) -> Installed:
+    """This Python and the versions of the distributions providing the backend's framework modules
+    and named by its environment's requirements and core's own (read here, not in the host)."""
+    from .environment import CORE_PACKAGES
+
+    info = backend.describe()
+    return _installed(list(info.requires), [*CORE_PACKAGES, *info.environment])
+
+
+def _installed(modules: list[str], requirements: list[str]) -> Installed:
     """This Python and the versions of the distributions providing ``modules`` and named by
-    ``requirements`` (read here, not in the host)."""
+    ``requirements``."""
     import platform
     import re
     from importlib import metadata
@@ -213,7 +226,7 @@ def _installed(modules: list[str], requirements: list[str]) -> dict[str, Any]:
             continue
     from .environment import lock
 
-    return {"python": sys.executable, "python_version": platform.python_version(), "packages": packages, "lock": lock()}
+    return Installed(sys.executable, platform.python_version(), packages, Lock(**lock()))
 
 
 class ContractError(TypeError):

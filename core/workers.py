@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import allocators, memwatch
+from .blocks import Installed
 from .config import RunConfig
 from .registry import BackendRef, framework_modules
 
@@ -92,6 +93,8 @@ class Worker:
         #: a record names the log, so ``close`` keeps it; otherwise (success, refusal, an
         #: interrupted run) nothing points at it and it is removed
         self.log_named = False
+        #: what the worker read of its own Python (its first message, taken with the first answer)
+        self.installed: Installed | None = None
 
     def call(self, command: str, *args: Any, on_progress: Callable[[str, int, int], None] | None = None) -> Any:
         """Send a command and wait for its answer; WorkerFailure on error, death or timeout."""
@@ -110,6 +113,9 @@ class Worker:
         if message[0] == "progress":
             if on_progress:
                 on_progress(*message[1:])
+            return False, None
+        if message[0] == "installed":
+            self.installed = message[1]
             return False, None
         self.busy = False
         if message[0] == "ok":
@@ -204,6 +210,12 @@ class Worker:
             return self.process.wait(seconds)
         except subprocess.TimeoutExpired:
             return None
+
+
+def installed_by(*workers: Worker | None) -> list[Installed] | None:
+    """What the workers read of their own Pythons, for a trial's outcome (None: none read yet)."""
+    found = [w.installed for w in workers if w is not None and w.installed is not None]
+    return found or None
 
 
 def _inherited_environment(python: str | None) -> dict[str, str]:

@@ -5,7 +5,7 @@ import pytest
 from accelbench.environment import cpu_flags
 from accelbench.plugins.cpu_features import bf16_emulation_warning
 from accelbench.plugins.jax_flax import hlo
-from conftest import assert_measured_allocator, assert_measured_huge_pages, executed, loss_falls, run_backend
+from conftest import assert_measured_allocator, assert_measured_huge_pages, executed, load_records, loss_falls, run_backend
 
 pytestmark = pytest.mark.jax
 SMALL = dict(model="resnet_small", image_size=16, num_classes=10)
@@ -156,3 +156,26 @@ def test_two_jax_processes_merge_into_one_record_with_identical_weights():
     checksums = [w["final"]["weights_checksum"] for w in dist["per_worker"]]
     assert checksums[0] == checksums[1]
     assert merged["throughput"]["images"] == 4 * 4
+
+
+def test_a_lockstep_run_beside_mxnet_names_each_workers_own_packages(accelbench_cli, tmp_path):
+    """#70: each side's record names what its worker imported -- JAX's environment has numpy 2,
+    MXNet runs on the host's numpy 1.26 -- with the lock read in that worker."""
+    out = tmp_path / "r.json"
+    small = ["--model", "resnet_small", "--image-size", "16", "--num-classes", "10", "--precision", "fp32"]
+    done = accelbench_cli(
+        "run", "--plugin", "jax_flax", "--plugin", "mxnet_ngc", *small, "--global-batch", "8",
+        "--schedule", "lockstep", "--blocks", "2", "--block-time", "0.3", "--warmup-steps", "2", "-o", str(out),
+        timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = {r["plugin"]["name"]: r for r in load_records(out)}
+    jax, mxnet = records["jax_flax"], records["mxnet_ngc"]
+    assert jax["status"] == mxnet["status"] == "ok", (jax["reason"], mxnet["reason"])
+    jax_worker, mxnet_worker = jax["environment"]["worker"], mxnet["environment"]["worker"]
+    assert jax_worker["kind"] == "environment" and mxnet_worker["kind"] == "host"
+    assert jax["environment"]["packages"]["numpy"].startswith("2.") and jax_worker["packages"]["numpy"].startswith("2.")
+    assert mxnet["environment"]["packages"]["numpy"].startswith("1.26")
+    jax_lock = dict(pin.split("==", 1) for pin in jax_worker["lock"]["distributions"])
+    assert jax_lock["numpy"] == jax_worker["packages"]["numpy"] and jax_lock["jax"] == jax["framework"]["version"]
+    assert "mxnet" not in jax_lock and "mxnet" in dict(p.split("==", 1) for p in mxnet_worker["lock"]["distributions"])

@@ -308,3 +308,84 @@ def test_run_with_peak_measures_the_frameworks_peak_first_and_the_record_carries
     assert record["flops"]["utilisation"] > 0 and "measured" in record["flops"]["peak_source"]
     assert "peak_reason" not in record["flops"]
     assert (cache / "accelbench").exists()
+
+
+# -- what each record's worker ran, read in that worker, on every path that starts workers (#70) --
+
+SHORT = ["--timed-steps", "5", "--warmup-steps", "1"]
+#: every way a run starts its workers: a new path gets a line here, or its records go unchecked
+WORKER_PATHS = {
+    "sequential": ["run", "--plugin", "pinned", "--schedule", "sequential", "--trials", "2", *SHORT],
+    "interleaved": ["run", "--plugin", "pinned", "--plugin", "toy", "--schedule", "interleaved", *SHORT, *TINY[:4]],
+    "lockstep": [
+        "run",
+        "--plugin",
+        "pinned",
+        "--plugin",
+        "toy",
+        "--schedule",
+        "lockstep",
+        "--blocks",
+        "2",
+        "--block-time",
+        "0.2",
+        *TINY[:4],
+    ],
+    "multi-worker": ["run", "--plugin", "toy", "--workers", "2", "--threads", "1", "--schedule", "sequential", *TINY],
+    "pytest-benchmark": ["pytest-benchmark"],
+    "rerun": ["rerun"],
+}
+
+
+def assert_names_what_its_worker_read(record: dict) -> None:
+    """The worker block read in the worker: its Python's version and lock; ``packages`` names the
+    worker's versions, and the environment's six (1.16.0) where the worker ran there."""
+    environment, worker = record["environment"], record["environment"]["worker"]
+    assert worker["python_version"] and worker["lock"]["sha256"], worker
+    read = dict(pin.split("==", 1) for pin in worker["lock"]["distributions"])
+    if worker["kind"] == "environment":
+        assert read["six"] == "1.16.0" == environment["packages"]["six"] == worker["packages"]["six"]
+        assert worker["lock"]["sha256"] != environment["lock"]["sha256"]  # not the host's
+    else:
+        assert worker["kind"] == "host" and worker["lock"]["sha256"] == environment["lock"]["sha256"]
+        assert read["six"] == metadata.version("six") != "1.16.0"
+    for name, version in worker["packages"].items():
+        assert environment["packages"][name] == version
+
+
+@pytest.mark.parametrize("path", WORKER_PATHS)
+def test_every_path_records_the_packages_and_lock_its_worker_read(path, toy_cli, openworld_path, tmp_path, env_cache):
+    out = tmp_path / "r.json"
+    if path == "pytest-benchmark":
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "accelbench.benchmarks"]
+            + ["--benchmark-only", "--benchmark-json", str(out), "--accelbench-backend", "pinned:pinned"]
+            + ["--accelbench-batch-sizes", "4", "--accelbench-rounds", "3"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(openworld_path), **env_cache),
+            cwd=tmp_path,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        records = json.loads(out.read_text())["accelbench"]["records"]
+    elif path == "rerun":
+        first = toy_cli(*WORKER_PATHS["lockstep"], "-o", str(tmp_path / "first.json"), env=env_cache)
+        assert first.returncode == 0, first.stderr
+        pinned = next(r for r in load_records(tmp_path / "first.json") if r["backend"]["name"] == "pinned")
+        done = toy_cli(
+            "rerun", str(tmp_path / "first.json"), "--record", pinned["config_hash"][:12], "-o", str(out), env=env_cache
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        # the environment as the record's worker had it (its lock), not the host's six 1.17
+        assert "pinned six==1.16.0" in done.stdout.replace("\n", " ") or "six==1.16.0" in done.stdout, done.stdout
+        records = load_records(out)
+    else:
+        done = toy_cli(*WORKER_PATHS[path], "-o", str(out), env=env_cache)
+        assert done.returncode == 0, done.stderr
+        records = load_records(out)
+    assert records and all(r["status"] == "ok" for r in records), [r["reason"] for r in records]
+    for record in records:
+        assert_names_what_its_worker_read(record)
+    if path in ("lockstep", "interleaved"):
+        assert {r["environment"]["worker"]["kind"] for r in records} == {"environment", "host"}

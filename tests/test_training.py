@@ -115,6 +115,9 @@ def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precisio
     assert record["config"]["memory_limit_mb"] == int(memwatch.machine_memory_mb() * 0.75)
     assert t["preprocessing"]["augmentation"] == "none"
     assert record["throughput"]["images_per_sec"] > 0
+    # train mode's worker, too, says what it ran (#70: every path that starts a worker)
+    worker = record["environment"]["worker"]
+    assert worker["python_version"] and worker["lock"]["sha256"] and worker["packages"], worker
     # its warm-up is the first epoch: the start-up runs to the first step's end, the warm-up the epoch
     startup, memory = record["startup"], record["memory"]
     assert startup["worker_to_first_step_s"] > startup["first_step_s"] > 0 and startup["warmup_s"] >= startup["first_step_s"]
