@@ -117,12 +117,80 @@ class Distributed:
 
 
 @dataclass
+class TimeSplit:
+    """Where a lockstep run's wall time went, in seconds: the parts add up to ``wall_s``."""
+
+    wall_s: float
+    #: starting each pair's processes to the end of ``prepare`` (imports, model build, compile)
+    opening_s: float
+    #: the sides' warm-ups, one side at a time
+    warmup_s: float
+    #: the counted blocks: the steps the comparison rests on
+    counted_s: float
+    #: blocks run on a busy machine, kept in the record but not counted
+    uncounted_s: float
+    #: between blocks: parking and waking, settling, the pipe, a watch of the machine's load
+    gaps_s: float
+    #: waiting for a quiet machine
+    waiting_s: float
+    #: each pair's device-memory read, teardown and exit
+    closing_s: float
+    #: the rest: making worker environments, records and looks between pairs
+    other_s: float
+
+    @property
+    def counted_share(self) -> float:
+        return self.counted_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def describe(self) -> str:
+        parts = (
+            ("opening processes", self.opening_s),
+            ("warm-up", self.warmup_s),
+            ("counted blocks", self.counted_s),
+            ("busy blocks", self.uncounted_s),
+            ("gaps between blocks", self.gaps_s),
+            ("waiting for quiet", self.waiting_s),
+            ("closing", self.closing_s),
+            ("other", self.other_s),
+        )
+        shown = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in parts if seconds >= 0.5)
+        return f"{self.wall_s:.0f} s: {shown} ({self.counted_share:.0%} counted)"
+
+
+@dataclass
+class Efficiency:
+    """How close a comparison came to what its wall time allowed: ``ideal_half_width`` is the 95%
+    half-width (relative) if every second had been counted steps, split evenly between the two
+    sides, with the step-time spread they showed; ``half_width`` the one the run reached (at its
+    last look's confidence); ``efficiency`` is (ideal / reached) squared, the share of the run a
+    perfect design would have needed for the same interval."""
+
+    efficiency: float
+    ideal_half_width: float
+    half_width: float
+
+
+@dataclass
+class SpendingPlan:
+    """How an ``until`` run spent its error over its looks (``accelbench.stats.Spending``): the
+    looks after ``first`` .. ``last`` samples, ``error`` in all, and in words."""
+
+    first: int
+    last: int
+    error: float
+    method: str
+
+
+@dataclass
 class LockstepSettings:
     blocks_per_pair: int
     block_s: float
     when_busy: str
     busy_share: float
     allocation: str | None = omitted_while_none()
+    #: since 1.13: where the run's wall time went, and (a comparison of two sides) its efficiency
+    time: TimeSplit | None = omitted_while_none()
+    efficiency: Efficiency | None = omitted_while_none()
 
 
 @dataclass
@@ -140,6 +208,8 @@ class Schedule:
     elapsed_s: float | None = omitted_while_none()
     looks: int | None = omitted_while_none()
     confidence: float | None = omitted_while_none()
+    #: since 1.13: how an ``until`` run spent its error over its looks
+    spending: SpendingPlan | None = omitted_while_none()
     lockstep: LockstepSettings | None = omitted_while_none()
 
     def paired_with(self, other: Schedule | None) -> bool:

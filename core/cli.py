@@ -17,7 +17,7 @@ import click
 from .config import parse_option
 from .errors import UsageError
 from .inputs import FINITE, TIMEOUT
-from .schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS
+from .schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS, DEFAULT_UNTIL_BLOCKS
 from .training import TrainSpec  # its fields declare train's recipe options
 
 if TYPE_CHECKING:
@@ -199,7 +199,8 @@ def plugins() -> None:
 @click.option(
     "--blocks",
     type=click.IntRange(min=1, max=1000),
-    help=f"lockstep: rounds of blocks in each pair of processes (default {DEFAULT_BLOCKS}).",
+    help=f"lockstep: rounds of blocks in each pair of processes (default {DEFAULT_BLOCKS}; "
+    f"{DEFAULT_UNTIL_BLOCKS} for an --until run, which re-chooses them after three pairs).",
 )
 @click.option(
     "--block-time",
@@ -454,7 +455,7 @@ def _schedule(
         rounds=config.trials,
         until=until,
         max_time_s=budget,
-        blocks=blocks or DEFAULT_BLOCKS,
+        blocks=blocks or (DEFAULT_UNTIL_BLOCKS if until is not None else DEFAULT_BLOCKS),
         block_s=block_s,
         when_busy=when_busy or "wait",
         adapt_blocks=until is not None and blocks is None,
@@ -665,7 +666,7 @@ def peak(
 
     refs = peak_measure.per_framework(_selected(plugin_names, backend_names))
     if not refs:
-        raise UsageError("no selected backend measures a peak (Backend.prepare_matmul)")
+        raise UsageError("--plugin/--backend: no selected backend measures a peak (Backend.prepare_matmul)")
     outcomes = []
     with PeakTable() as table:
         for ref in refs:
@@ -899,9 +900,10 @@ def data(source: str, out: str, preset: str | None, seed: int) -> None:
     with train/<class>/* and val/<class>/* (ImageNet's layout). Every record is read back and
     checked against its source file; OUT/dataset.json is written last.
     """
-    from . import conversion
+    from . import conversion, datasets
     from .registry import PluginHost
 
+    datasets.check_out(Path(out))  # before any framework's worker starts
     try:
         manifest = conversion.convert_dataset(source, Path(out), PluginHost().backends(), preset, seed)
     except RuntimeError as exc:
@@ -1075,16 +1077,21 @@ def _raise_stopped(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signum)
 
 
+def _one_line(text: str) -> str:
+    """A refusal on one line, whatever it quotes: a value the user gave may hold a line break."""
+    return text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+
+
 def main() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_stopped)
     try:
         cli.main(standalone_mode=False)
     except UsageError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_one_line(str(exc))}", err=True)
         sys.exit(2)
     except click.UsageError as exc:  # bad flag or value: one line, like our own errors
-        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"error: {_one_line(exc.format_message())}", err=True)
         sys.exit(2)
     except click.exceptions.Abort as exc:
         click.echo(getattr(exc.__context__, "signal_name", "aborted"), err=True)

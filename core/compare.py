@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import busy, stats, validation
+from .blocks import Efficiency, TimeSplit
 from .errors import UsageError
 from .records import Record, TrialRow, read_json, results_from_json
 from .schedule import StopRule, parse_fraction
@@ -79,6 +80,9 @@ class Comparison:
     busy: str = ""
     #: lockstep: the indices into ``per_unit`` of the pairs with a busy counted block
     busy_units: list[int] = field(default_factory=list)
+    #: lockstep: where the run's time went, and how close its interval came to what that time allowed
+    time_split: TimeSplit | None = None
+    efficiency: Efficiency | None = None
 
 
 def parse_tolerance(text: str) -> float:
@@ -184,14 +188,14 @@ def _judge_margin(result: Comparison, margin: float) -> None:
         result.verdict, result.note = "undecided", f"verdict withheld: {result.busy}"
 
 
-def decided(records: list[Record], rule: StopRule, look: int) -> str:
-    """Why an ``until`` run may stop at its ``look``-th look (every comparison among these records
-    meets ``rule`` at the confidence this look may spend), or "" to go on."""
-    confidence = stats.sequential_confidence(look)
+def decided(records: list[Record], rule: StopRule, confidence: float, look: str) -> str:
+    """Why an ``until`` run may stop at this look (every comparison among these records meets
+    ``rule`` at the ``confidence`` the look may spend; ``look`` says which look that is), or ""
+    to go on."""
     results = comparisons(runs_of(records), rule.tolerance, confidence=confidence)
     if not results:
         return "nothing left to compare (a run did not finish)"
-    at = f"{confidence:.2%} CI at look {look}, 5% error spent over the looks"
+    at = f"{confidence:.2%} CI at {look}"
     if rule.tolerance is not None and all(r.verdict in ("within", "outside") for r in results):
         return "decided: " + "; ".join(
             f"{r.a} / {r.b} {r.verdict} ±{rule.tolerance:.1%} (ratio {r.ratio:.3f}, {at}: {r.ci95[0]:.3f}–{r.ci95[1]:.3f})"
@@ -202,6 +206,32 @@ def decided(records: list[Record], rule: StopRule, look: int) -> str:
     ):
         return "precise: " + "; ".join(f"{r.a} / {r.b} ratio {r.ratio:.3f} ±{relative_half_width(r):.2%} ({at})" for r in results)
     return ""
+
+
+def efficiency(result: Comparison, a: Record, b: Record) -> Efficiency | None:
+    """(ideal / reached half-width) squared of a lockstep comparison: the share of its run's wall
+    time that a design counting every second, with the step noise the sides showed, would have
+    needed for the interval the run reached (``stats.ideal_half_width``). None without the run's
+    time split (a record before result schema 1.13)."""
+    split = a.schedule.lockstep.time if a.schedule and a.schedule.lockstep else None
+    if split is None or split.wall_s <= 0:
+        return None
+    noise = [_step_noise(a), _step_noise(b)]
+    if any(step_s <= 0 for _, step_s in noise):
+        return None
+    ideal = stats.ideal_half_width(noise, split.wall_s)
+    reached = relative_half_width(result)
+    return Efficiency(min(1.0, (ideal / reached) ** 2) if reached > 0 else 1.0, ideal, reached)
+
+
+def _step_noise(record: Record) -> tuple[float, float]:
+    """(coefficient of variation, seconds) of a record's timed steps over its ok trials."""
+    trials = record.ok_trials()
+    steps = np.concatenate([np.asarray(t.step_times_s, float) for t in trials]) if trials else np.zeros(0)
+    if steps.size < 2 or steps.mean() <= 0:
+        return 0.0, 0.0
+    seconds = sum(t.wall_time_s or 0.0 for t in trials) / steps.size
+    return float(steps.std(ddof=1) / steps.mean()), seconds
 
 
 def relative_half_width(result: Comparison) -> float:
@@ -218,7 +248,10 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int, 
         confidence = recorded if recorded is not None else 0.95
     per_unit: list[float] = []
     if paired:
-        estimate = stats.paired_ratio(*paired, confidence=confidence)
+        # a lockstep pair's blocks run A B | B A ... in an even number of rounds, so the order of
+        # the sides is balanced inside every pair: regressing it out again would cost the
+        # interval a degree of freedom for nothing (at three pairs, a t multiplier of 12.7 not 4.3)
+        estimate = stats.paired_ratio(paired[0], paired[1], None if lockstep else paired[2], confidence=confidence)
         point, ci, count = estimate.ratio, estimate.ci95, estimate.samples
         unit = "pairs" if lockstep else "rounds"
         samples = f"{count} pair{'s' if count != 1 else ''} (lockstep)" if lockstep else f"{count} paired rounds"
@@ -242,12 +275,20 @@ def _compare_pair(a: Run, b: Run, key: str, tolerance: float | None, seed: int, 
     )
     single = (count < 2) if paired else (unit != "trials")
     result.single_sample = single
+    if lockstep and schedule is not None and schedule.lockstep is not None:
+        result.time_split = schedule.lockstep.time
+        result.efficiency = None if single else efficiency(result, a.record, b.record)
     if lockstep:
         result.busy = busy_note(a, b)
         busy = busy_pairs(a.record) | busy_pairs(b.record)
         result.busy_units = [i for i, pair in enumerate(common_rounds(a.record, b.record)) if pair in busy]
     if tolerance is not None:
         result.verdict, result.note = verdict(point, ci, tolerance, count, unit)
+        more = _more_samples(result.note)
+        if more and result.time_split is not None and count:
+            # the run's own pace: a pair's share of its wall time, every part of it included
+            pace = result.time_split.wall_s / count
+            result.note += f" (about {more * pace / 60:.0f} more minutes on this machine, at {pace:.0f} s a pair)"
         if single:  # more of the same would not help: the interval lacks run-to-run variation
             result.verdict = "undecided"
             result.note = (
@@ -394,6 +435,14 @@ def verdict(point: float, ci: tuple[float, float], tolerance: float, samples: in
     half_width = (high - low) / 2
     more = max(1, math.ceil(samples * (half_width / margin) ** 2) - samples)
     return "undecided", f"about {more} more {unit} would likely decide it"
+
+
+def _more_samples(note: str) -> int | None:
+    """N of ``verdict``'s "about N more pairs would likely decide it"."""
+    words = note.split()
+    if len(words) > 2 and words[0] == "about" and words[1].isdigit() and words[2] == "more":
+        return int(words[1])
+    return None
 
 
 def exit_code(results: list[Comparison]) -> int:

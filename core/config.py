@@ -41,6 +41,23 @@ def flag(help: str, kind: str = "str", name: str | None = None, choices: tuple[s
     return {"flag": Flag(help, kind, name, choices)}
 
 
+#: the dataclass that declares the fields (and flags) of a nested config block, by its key: train
+#: mode's ``TrainSpec`` adds itself (``accelbench.training``), which imports this module
+NESTED: dict[str, type] = {}
+
+
+def flag_of(path: tuple[str | int, ...]) -> str | None:
+    """The command-line flag of a config field by its JSON path (``("train", "max_epochs")`` is
+    ``--max-epochs``), or the config key where the field has no flag; None for the whole config."""
+    declared: type = RunConfig
+    if len(path) == 2 and path[0] in NESTED:
+        declared, path = NESTED[str(path[0])], path[1:]
+    if len(path) != 1 or not isinstance(path[0], str):
+        return "config key " + ".".join(map(str, path)) if path else None
+    spec = next((f.metadata.get("flag") for f in dataclasses.fields(declared) if f.name == path[0]), None)
+    return "--" + (spec.name or path[0]).replace("_", "-") if spec else f"config key {path[0]}"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One run's request. Every field is declared here once: its type and default, its flag
@@ -144,7 +161,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
-        validation.validate_or_raise("config", data, what="config")
+        validation.validate_or_raise("config", data, what="config", names=flag_of)
         data = dict(data)
         for name in ("batch_sizes", "levers"):
             if data.get(name) is not None:

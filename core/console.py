@@ -418,6 +418,21 @@ class ComparisonTable:
             if r.per_unit:
                 unit = "pair" if "pairs" in r.samples else "round"
                 out.print(plain(f"{r.a} / {r.b} by {unit}: " + " ".join(f"{x:.3f}" for x in r.per_unit)))
+        for line in dict.fromkeys(line for r in self.results for line in time_lines(r)):
+            out.print(plain(line))
+
+
+def time_lines(result: Comparison) -> list[str]:
+    """Where a lockstep comparison's run spent its time, and how close its interval came to what
+    that time allowed."""
+    lines = [f"time: {result.time_split.describe()}"] if result.time_split else []
+    if result.efficiency:
+        e = result.efficiency
+        lines.append(
+            f"efficiency {e.efficiency:.0%}: reached ±{e.half_width:.2%}, where counting every second "
+            f"would have given ±{e.ideal_half_width:.2%} (95%) with the steps' own noise"
+        )
+    return lines
 
 
 def _interval_header(results: list[Comparison]) -> str:

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, Callable, Mapping
 from . import inputs, validation
 from .environment import cache_dir
 from .errors import UsageError
+from .locks import folder_lock
 
 MANIFEST = "dataset.json"
 DATASET_SCHEMA_VERSION = "1.0.0"
@@ -150,8 +152,7 @@ def convert(source: str, out: Path, writers: Mapping[str, "Writer"], preset: str
     ``writers`` maps a format name to a callable (examples, stem) -> (files, [(sha256, label)...])
     that writes one split and reads it back. Nothing is left behind when any step fails.
     """
-    if (out / MANIFEST).exists() or (out.exists() and any(out.iterdir())):
-        raise UsageError(f"{out} exists and is not empty; choose a new folder")
+    check_out(out)
     if not writers:
         raise UsageError("no framework that writes a dataset format is installed")
     created = not out.exists()
@@ -167,6 +168,19 @@ def convert(source: str, out: Path, writers: Mapping[str, "Writer"], preset: str
             for child in out.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
+
+
+def check_out(out: Path) -> None:
+    """OUT can become a dataset's folder: an empty folder, or none yet under a folder this user
+    may write (checked before any framework's worker starts); UsageError naming it otherwise."""
+    shown = repr(str(out))
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"OUT {shown} exists and is not a folder; choose a new folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise UsageError(f"OUT {shown} exists and is not empty; choose a new folder")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if not out.exists() and (parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):
+        raise UsageError(f"OUT {shown}: cannot make the folder there ({parent} is not a folder this user may write)")
 
 
 Writer = Callable[[list[Example], str], tuple[list[str], list[tuple[str, int]]]]
@@ -241,14 +255,18 @@ def load(folder: str | Path, validate: bool = True) -> dict[str, Any]:
 
 
 def default_digits(cache: Path, writers: Mapping[str, Writer]) -> Path:
-    """The digits dataset converted once into the user's cache, reused afterwards."""
+    """The digits dataset converted once into the user's cache, reused afterwards. Made under a
+    lock on the cache folder: a second process that needs it meanwhile (two ``accelbench train``
+    at once on a fresh machine) waits, then finds it made, instead of reading half-written images
+    or deleting them from under the first."""
     folder = cache / "digits"
-    if (folder / MANIFEST).is_file():
-        manifest = load(folder)
-        if set(writers) <= set(manifest["formats"]):
-            return folder
-        shutil.rmtree(folder)
-    convert("digits", folder, writers)
+    with folder_lock(cache, on_wait=lambda: print(f"waiting for another process making {folder}", file=sys.stderr)):
+        if (folder / MANIFEST).is_file():
+            manifest = load(folder)
+            if set(writers) <= set(manifest["formats"]):
+                return folder
+            shutil.rmtree(folder)
+        convert("digits", folder, writers)
     return folder
 
 

@@ -6,6 +6,12 @@ module loads such a folder and renders it as Markdown (``accelbench report --evi
 --markdown``; the docs' build calls it), so no figure on a page is typed by hand: edit a file and
 the page changes; a file that does not validate, or lacks its machine or command, stops the
 build with its path named.
+
+Evidence must be made by the methods the code uses now: a file whose figures rest on a method
+since replaced (a record's interval by a method ``stats`` no longer computes, an ``until`` run
+whose looks spent their error as the design before result schema 1.13 did) stops the build too,
+unless it sits in a ``superseded/`` folder, where it is rendered under that name with what
+replaced its methods: kept as history, never shown as today's figures.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compare as comparing
-from . import validation
+from . import stats, validation
 from .console import backend_label
 from .errors import UsageError
 from .records import Record, ResultsDocument, read_json
@@ -23,6 +29,10 @@ from .records import Record, ResultsDocument, read_json
 TELLING_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 #: the comparison tables' equivalence bound, as ``accelbench report``'s default
 TOLERANCE = 0.03
+#: the folder that keeps evidence made by methods since replaced
+SUPERSEDED = "superseded"
+#: how records' intervals are computed now (``throughput.ci_method``)
+CURRENT_CI_METHODS = (stats.TRIALS_METHOD, stats.STEPS_METHOD)
 
 
 class EvidenceError(UsageError):
@@ -35,6 +45,10 @@ class EvidenceFile:
     command: list[str]
     created_utc: str
     records: list[Record]
+
+    @property
+    def superseded(self) -> bool:
+        return SUPERSEDED in self.path.parts
 
     @property
     def machine(self) -> str:
@@ -73,7 +87,26 @@ def load_file(path: Path) -> EvidenceFile:
     for index, record in enumerate(results.records):
         if not record.environment.cpu_model or not record.environment.cpu_flags:
             raise EvidenceError(f"{path}: record {index} lacks its machine (environment.cpu_model and cpu_flags)")
-    return EvidenceFile(path, results.command, results.created_utc, results.records)
+    found = EvidenceFile(path, results.command, results.created_utc, results.records)
+    replaced = stale(found.records)
+    if replaced and not found.superseded:
+        raise EvidenceError(
+            f"{path}: made by a method the code no longer uses ({replaced[0]}): measure it again, "
+            f"or move it into a {SUPERSEDED}/ folder"
+        )
+    return found
+
+
+def stale(records: list[Record]) -> list[str]:
+    """What in these records rests on a method the code has since replaced (none: current)."""
+    found = []
+    methods = {r.throughput.ci_method for r in records if r.throughput} - set(CURRENT_CI_METHODS)
+    found += [f"intervals by {m!r}, replaced by {CURRENT_CI_METHODS[0]!r}" for m in sorted(methods)]
+    if any(r.schedule and r.schedule.stop_rule and r.schedule.spending is None for r in records):
+        found.append(
+            "looks that spent their error one look at a time (before result schema 1.13), replaced by repeated intervals"
+        )
+    return found
 
 
 def markdown(files: list[EvidenceFile], root: str | Path | None = None) -> str:
@@ -92,11 +125,13 @@ def markdown(files: list[EvidenceFile], root: str | Path | None = None) -> str:
 
 def _file_section(evidence: EvidenceFile, root: str | Path | None) -> list[str]:
     name = evidence.path.relative_to(root).as_posix() if root else evidence.path.as_posix()
+    replaced = stale(evidence.records)
     lines = [
         f"### {evidence.path.stem}",
         "",
         f"`{name}`, written {evidence.created_utc} on {evidence.machine}.",
         "",
+        *([f"**Superseded**: made by methods since replaced ({'; '.join(replaced)}); kept as history.", ""] if replaced else []),
         "```",
         " ".join(evidence.command),
         "```",

@@ -21,14 +21,22 @@ from .errors import UsageError
 def read_text(path: str | Path, what: str) -> str:
     """A UTF-8 text file's contents; anything but a regular file (a FIFO would block the read
     forever, a device never end, a folder fail obscurely) is refused first."""
+    shown = shown_path(path)
     try:
         if Path(path).exists() and not Path(path).is_file():
-            raise UsageError(f"{what} {path}: not a regular file")
+            raise UsageError(f"{what} {shown}: not a regular file")
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"{what} {shown}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
+        raise UsageError(f"{what} {shown}: not UTF-8 text (byte {exc.start})") from None
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a message shows it: quoted where it would otherwise not be seen (empty, blank at
+    either end)."""
+    text = str(path)
+    return repr(text) if not text.strip() or text != text.strip() else text
 
 
 def _no_constants(name: str) -> Any:

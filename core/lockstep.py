@@ -35,23 +35,25 @@ counted, and run again once the machine is quiet; ``--when-busy go`` counts ever
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
+import threading
 import time
 from statistics import median
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import busy, envs, footprint, records, stats
 from .backend import Prepared
-from .blocks import Block, LockstepSettings
+from .blocks import Block, Efficiency, LockstepSettings, TimeSplit
 from .blocks import Schedule as ScheduleBlock
 from .energy import EnergyUse
 from .errors import UsageError
 from .records import Record, RunContext, TrialOutcome
 from .runner import RunObserver, ScheduledRun
 from .schedule import Schedule
-from .timing import ProcessUsage, Timing
+from .timing import ProcessUsage, Timing, calls_per_sample
 from .workers import Worker, WorkerFailure, installed_by
 
 if TYPE_CHECKING:
@@ -92,22 +94,52 @@ class Side:
         self.warmup_calls, self.warmup_rule, self.call_s = 0, "", 0.0
         self.startup: footprint.Startup | None = None
         self.device_memory = None
-        self.probe: Timing | None = None
+        #: the process's first call, run as the side starts (its trace and compilation)
+        self.first_call: Timing | None = None
 
     def open(self, python: str | None) -> None:
         """Start, check, prepare and warm up the worker, then park it; WorkerFailure or Unavailable."""
+        self.spawn(python)
+        self.start()
+        self.warm_up()
+
+    def spawn(self, python: str | None) -> None:
+        """Start the worker process. In the run's own thread: a worker dies with the thread that
+        started it (``PR_SET_PDEATHSIG`` follows the parent thread, not the process)."""
         self.observer.started(self.ctx.ref.id, self.trial, self.trial)
-        self.worker = worker = Worker(self.ctx.ref, self.ctx.config, python=python)
+        self.worker = Worker(self.ctx.ref, self.ctx.config, python=python)
+
+    def start(self) -> None:
+        """Check and prepare the spawned worker (imports, model build), run its first call (where
+        frameworks trace and compile), then park it; WorkerFailure or Unavailable. Nothing of this
+        is measured, so the sides of a pair may start at once, each from a thread of its own:
+        their start-ups overlap."""
         reason = self._call("check")
         if reason:
             raise Unavailable(reason)
-        self.prepared = prepared = self._call("prepare")
-        self.warmup_calls, self.warmup_rule, marks = self._call("warm_up")
-        self.startup = footprint.Startup.of(worker.spawned, marks, prepared.compile_s)
-        # one more warm-up call, timed, to size the blocks: the last warm-up calls' pace
-        self.probe = self._call("step", 1)
-        self.warmup_calls += 1
-        self.call_s = self.probe.wall_time_s
+        self.prepared = self._call("prepare")
+        self.first_call = self._call("step", 1)
+        self.park()
+
+    def warm_up(self) -> None:
+        """Wake the prepared worker, run its warm-up rule (alone: the rule reads step times), park it.
+        The last warm-up calls' pace sizes its blocks."""
+        if self.worker is None or self.prepared is None:
+            raise RuntimeError(f"lockstep side {self.ctx.ref.id}: warmed up before it was started")
+        self.wake()
+        warmed = self._call("warm_up")
+        self.warmup_calls, self.warmup_rule, self.call_s = warmed.calls, warmed.rule, warmed.call_s
+        if not self.call_s and self.first_call:  # no warm-up calls (a fixed warm-up of none)
+            self.call_s = self.first_call.wall_time_s
+        marks = warmed.marks
+        first = self.first_call.startup if self.first_call else None
+        if first is not None:  # the first call ran at the start: the warm-up is it and the rule's calls
+            self.warmup_calls += 1
+            self.warmup_rule = f"{warmed.rule}, after the first step"
+            # not the time between them, which the side spent parked while the others warmed up
+            spent = (first.first_step_ended - first.first_step_started) + (warmed.ended - warmed.started)
+            marks = dataclasses.replace(first, warmup_started=warmed.ended - spent, warmup_ended=warmed.ended)
+        self.startup = footprint.Startup.of(self.worker.spawned, marks, self.prepared.compile_s)
         self.park()
 
     def calls_for(self, blocks: int, block_s: float) -> list[int]:
@@ -126,7 +158,7 @@ class Side:
         time.sleep(SETTLE_S)
         started = time.monotonic() - clock0
         before = busy.snapshot()
-        timing = self._call("step", calls)
+        timing = self._call("step", calls, calls_per_sample(self.call_s))
         load = busy.between(before, busy.snapshot())
         self.park()
         block = Block(
@@ -185,6 +217,7 @@ class Side:
             warmup_calls=self.warmup_calls,
             warmup_rule=self.warmup_rule,
             timed_rule=f"lockstep: {len(counted)} blocks",
+            calls_per_sample=calls_per_sample(self.call_s),
             usage=ProcessUsage.summed([t.usage for t in counted]),
             energy=EnergyUse.summed([t.energy for t in counted]),
         )
@@ -224,6 +257,12 @@ class LockstepRun(ScheduledRun):
         self.round_s: list[float] = []
         #: the block just run found the machine quiet (so the next need not watch it first)
         self._quiet_just_now = False
+        self.unit = "pair"
+        #: where the run's wall time went (``other_s`` is what is left of it when it is read)
+        self.split = TimeSplit(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        self._waited_s = 0.0
+        #: the run's comparison of its first two sides at its last look, and how efficient it was
+        self.efficiency: Efficiency | None = None
 
     def live(self) -> list[int]:
         return [i for i in range(len(self.plans)) if not self.finished[i]]
@@ -242,8 +281,10 @@ class LockstepRun(ScheduledRun):
             pair += 1
             self.rounds_run = pair
             self._allocate()
+            decided = self._decided(pair)
+            self._measure_efficiency()
             on_pair()
-            if self._decided(pair):
+            if decided:
                 break
         else:
             self.stop_reason = self.stop_reason or (self._limit_reason() if self.live() else "no run left that can run")
@@ -253,22 +294,103 @@ class LockstepRun(ScheduledRun):
         sides: list[Side] = []
         try:
             opened = time.monotonic()
-            for index in order:
-                side = self._open(index, observer)
-                if side is not None:
-                    sides.append(side)
+            sides = self._open_all(order, observer)
             if sides:
                 blocks_started = time.monotonic()
                 self._blocks(sides, observer)
-                self._measure_pair(sides, blocks_started - opened, time.monotonic() - blocks_started)
+                blocks_ended = time.monotonic()
+                self._measure_pair(sides, blocks_started - opened, blocks_ended - blocks_started)
+                self.split.gaps_s += blocks_ended - blocks_started - self._in_blocks(sides)
                 self._teardown(sides, observer)
             for position, side in enumerate(sides):  # the order of the pair's first block
                 if side.index not in self._failed_now and any(b.counted for b in side.blocks):
                     self._keep(side.index, side.outcome(), pair, position)
         finally:
+            closing = time.monotonic()
             for side in sides:
                 side.close()
             self._failed_now = set()
+            self.split.closing_s += time.monotonic() - closing
+
+    def _in_blocks(self, sides: list[Side]) -> float:
+        """The seconds of the pair's block phase spent in blocks (counted or not) and waiting for
+        quiet, added to the run's split; what is left of the phase is gaps."""
+        counted = sum(b.seconds or 0.0 for side in sides for b in side.blocks if b.counted)
+        uncounted = sum(b.seconds or 0.0 for side in sides for b in side.blocks if not b.counted)
+        self.split.counted_s += counted
+        self.split.uncounted_s += uncounted
+        waited, self._waited_s = self._waited_s, 0.0
+        self.split.waiting_s += waited
+        return counted + uncounted + waited
+
+    def _open_all(self, order: list[int], observer: RunObserver) -> list[Side]:
+        """The pair's sides, started at once (their imports, model builds and compilations
+        overlap: nothing is measured while processes start), then warmed up one at a time (the
+        warm-up rule reads step times, which a neighbour's start-up would disturb). A side that
+        cannot run is kept as its outcome and left out."""
+        began, making = time.monotonic(), self.making_envs_s
+        sides = [Side(self.contexts[index], index, observer) for index in order]
+        pythons = {side.index: self._side_python(side, observer) for side in sides}
+        began += self.making_envs_s - making  # making an environment is "other", not opening
+        errors: dict[int, BaseException] = {}
+        starting = []
+        for side in sides:
+            if side.index in self._failed_now:
+                continue
+            try:
+                side.spawn(pythons[side.index])
+            except WorkerFailure as failure:
+                errors[side.index] = failure
+            starting.append(side)
+
+        def start(side: Side) -> None:
+            try:
+                side.start()
+            except BaseException as exc:  # noqa: BLE001 - judged below, in the run's own thread
+                errors[side.index] = exc
+
+        threads = [threading.Thread(target=start, args=(side,), daemon=True) for side in starting if side.index not in errors]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        started = [side for side in starting if self._started(side, errors.get(side.index), observer)]
+        warming = time.monotonic()
+        self.split.opening_s += warming - began
+        warm = [side for side in started if self._warmed(side, observer)]
+        self.split.warmup_s += time.monotonic() - warming
+        return warm
+
+    def _side_python(self, side: Side, observer: RunObserver) -> str | None:
+        try:
+            return self._python(side.index, observer)
+        except envs.EnvironmentError_ as exc:
+            outcome = TrialOutcome("unavailable", f"no worker environment: {exc}", started_utc=side.started_utc)
+            self._fail(side.index, outcome, observer)
+            return None
+
+    def _started(self, side: Side, error: BaseException | None, observer: RunObserver) -> bool:
+        if error is None:
+            return True
+        if isinstance(error, Unavailable):
+            side.close()
+            self._fail(side.index, TrialOutcome("unavailable", str(error), started_utc=side.started_utc), observer)
+        elif isinstance(error, WorkerFailure):
+            self._side_failed(side, error, observer)
+            side.close()
+        else:
+            side.close()
+            raise error
+        return False
+
+    def _warmed(self, side: Side, observer: RunObserver) -> bool:
+        try:
+            side.warm_up()
+        except WorkerFailure as failure:
+            self._side_failed(side, failure, observer)
+            side.close()
+            return False
+        return True
 
     def _fits_budget(self) -> bool:
         """``adapt_blocks``: size the next pair to end within the time budget, from what the pairs so
@@ -312,26 +434,6 @@ class LockstepRun(ScheduledRun):
         if found is not None:
             self.allocation, self.blocks = found, found.blocks
 
-    def _open(self, index: int, observer: RunObserver) -> Side | None:
-        side = Side(self.contexts[index], index, observer)
-        try:
-            python = self._python(index, observer)
-        except envs.EnvironmentError_ as exc:
-            self._fail(
-                index, TrialOutcome("unavailable", f"no worker environment: {exc}", started_utc=side.started_utc), observer
-            )
-            return None
-        try:
-            side.open(python)
-        except Unavailable as exc:
-            side.close()
-            self._fail(index, TrialOutcome("unavailable", str(exc), started_utc=side.started_utc), observer)
-            return None
-        except WorkerFailure as failure:
-            self._side_failed(side, failure, observer)
-            return None
-        return side
-
     def _blocks(self, sides: list[Side], observer: RunObserver) -> None:
         """``blocks`` rounds of one block per side, the order reversed every other round; a side
         whose worker fails ends the pair (the blocks the others ran are kept)."""
@@ -373,6 +475,14 @@ class LockstepRun(ScheduledRun):
         most ``BUSY_SHARE`` of it; OutOfTime when the budget runs out first."""
         if self.schedule.when_busy != "wait":
             return
+        began = time.monotonic()
+        try:
+            self._wait_while_busy(observer)
+        finally:
+            # the first watch is part of the gap before a block; what follows it is waiting
+            self._waited_s += max(0.0, time.monotonic() - began - busy.QUIET_CHECK_S * 0.2)
+
+    def _wait_while_busy(self, observer: RunObserver) -> None:
         load, told = busy.watch(busy.QUIET_CHECK_S * 0.2), 0.0
         while load is not None and load.busy:
             if time.monotonic() - told >= QUIET_POLL_S:
@@ -412,6 +522,29 @@ class LockstepRun(ScheduledRun):
         self.contexts[index].outcomes.append(outcome)
         self.finished[index] = self.finished[index] or outcome.status != "ok"
 
+    def _measure_efficiency(self) -> None:
+        """The comparison of the first two sides as the run reads it now (at its last look's
+        confidence), against what its wall time so far would have allowed (``compare.efficiency``)."""
+        from . import compare
+
+        built = self.records()
+        if len(built) < 2 or self.rounds_run < 2:
+            return
+        first, second = (built[i] for i in sorted(built)[:2])
+        if not (first.ok and second.ok):
+            return
+        runs = [compare.Run("a", first), compare.Run("b", second)]
+        results = compare.comparisons(runs, None, confidence=self.confidence)
+        self.efficiency = results[0].efficiency if results else None
+
+    def time_split(self) -> TimeSplit:
+        """Where the run's wall time went so far; ``other_s`` is the rest of it."""
+        wall = time.monotonic() - self.started
+        split = dataclasses.replace(self.split, wall_s=wall, other_s=0.0)
+        parts = (split.opening_s, split.warmup_s, split.counted_s, split.uncounted_s, split.gaps_s)
+        split.other_s = max(0.0, wall - sum(parts) - split.waiting_s - split.closing_s)
+        return split
+
     def schedule_block(self, index: int) -> ScheduleBlock:
         block = super().schedule_block(index)
         block.lockstep = LockstepSettings(
@@ -420,6 +553,8 @@ class LockstepRun(ScheduledRun):
             self.schedule.when_busy,
             busy.BUSY_SHARE,
             self.allocation.describe() if self.allocation is not None else None,
+            time=self.time_split(),
+            efficiency=self.efficiency,
         )
         return block
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -130,18 +131,21 @@ def load_measured() -> dict[str, Measured]:
 def save_measured(new: list[Measured]) -> Path:
     """Merge into the cache, atomically. A peak is the best this machine attains, so of two
     measurements of one key the higher stays: a run taken while something else used the cores
-    (seen: one framework's fp32 at 94 GFLOP/s in one, 183 on the idle machine later) cannot lower it."""
+    (seen: one framework's fp32 at 94 GFLOP/s in one, 183 on the idle machine later) cannot lower it.
+    Under a lock on the cache folder: two ``accelbench peak`` at once each keep what they measured."""
     from dataclasses import asdict
 
-    merged = load_measured()
-    for m in new:
-        if m.key() not in merged or m.flops_per_s >= merged[m.key()].flops_per_s:
-            merged[m.key()] = m
+    from .locks import folder_lock
+
     path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"measurements": [asdict(m) for m in merged.values()]}, indent=1, allow_nan=False))
-    tmp.replace(path)
+    with folder_lock(path.parent):
+        merged = load_measured()
+        for m in new:
+            if m.key() not in merged or m.flops_per_s >= merged[m.key()].flops_per_s:
+                merged[m.key()] = m
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"measurements": [asdict(m) for m in merged.values()]}, indent=1, allow_nan=False))
+        tmp.replace(path)
     return path
 
 

@@ -9,12 +9,10 @@ import math
 import os
 import sys
 import tempfile
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import footprint, peaks, stats, validation
 from .backend import DeviceMemory, Prepared
@@ -22,6 +20,7 @@ from .blocks import Block, Cost, Distributed, Environment, Installed, Schedule, 
 from .config import RunConfig, lever_text
 from .errors import UsageError
 from .jsonform import from_json, omitted_while_none, to_object
+from .locks import folder_lock
 from .registry import BackendRef
 from .timing import ProcessUsage, Timing
 
@@ -518,7 +517,11 @@ def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps
     timing = next((o.timing for o in outcomes if o.timing), None)
     if timing:
         return Steps(
-            timing.warmup_calls * per_call, timing.timed_calls * per_call, per_call, timing.warmup_rule, timing.timed_rule
+            timing.warmup_calls * per_call,
+            timing.timed_calls * per_call,
+            timing.steps_per_sample,
+            timing.warmup_rule,
+            timing.timed_rule,
         )
 
     def whole(steps: int) -> int:
@@ -620,7 +623,8 @@ class ResultsWriter:
     """One invocation's records, written into a results file other invocations may be writing
     too (two teammates, or a scheduler's array job, pointing at one file).
 
-    Every write takes an exclusive lock (``fcntl.flock`` on ``<file>.lock`` beside it), reads what
+    Every write takes an exclusive lock (on the file's folder: ``accelbench.locks``, which leaves
+    no lock file behind), reads what
     is on disk at that moment, replaces this writer's own earlier records (told by their exact
     JSON) with its current ones, keeps every other writer's, and writes atomically. So N
     concurrent runs end with all N runs' records. ``force``: the first write starts the file
@@ -641,7 +645,7 @@ class ResultsWriter:
         for record in records:
             check(record)
         try:
-            with _exclusive(self.path, self.LOCK_TIMEOUT_S):
+            with folder_lock(self.path.absolute().parent, self.LOCK_TIMEOUT_S):
                 others = [] if self.fresh else [r for r in self._on_disk() if _canonical(r) not in self.mine]
                 write_document(self.path, results_document([*others, *records], self.command).to_json())
         except (TimeoutError, InvalidRecord, OSError, ValueError) as exc:
@@ -665,28 +669,6 @@ class ResultsWriter:
 
 def _canonical(record: Record) -> str:
     return json.dumps(record.to_json(), sort_keys=True)
-
-
-@contextmanager
-def _exclusive(path: Path, timeout_s: float) -> Iterator[None]:
-    """An exclusive lock on ``<path>.lock``, waited for up to ``timeout_s`` (TimeoutError)."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"another writer held its lock for {timeout_s:.0f} s") from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def read_json(path: str | Path) -> Any:

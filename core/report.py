@@ -425,7 +425,7 @@ every step. Cost of {epochs} epochs uses the ImageNet epoch of {cost.IMAGENET_EP
 shaded yellow carry a warning (a high step-time CV, drift, an emulated precision): read their figures with it.
 Published 2018 figures are drawn as black hollow markers and hatched bars, never as one of your runs.</p>
 {_comparison_section(comparisons, tolerance)}
-{_pairs_section() if by_pair else ""}
+{_pairs_section(comparisons) if by_pair else ""}
 {sections}
 {drift}
 {convergence}
@@ -531,10 +531,14 @@ decides it.</p><img src="{COMPARE_PNG}" alt="ratio of each pair with its 95% int
 <th>analysis</th><th>note</th></tr>{rows}</table>"""
 
 
-def _pairs_section() -> str:
+def _pairs_section(comparisons: list[Comparison]) -> str:
+    from .console import time_lines
+
+    timed = [f"<li>{html.escape(f'{c.a} / {c.b}: ' + '; '.join(time_lines(c)))}</li>" for c in comparisons if time_lines(c)]
+    where = f"<p>Where each lockstep run's time went, and its efficiency:</p><ul>{''.join(timed)}</ul>" if timed else ""
     return f"""<h3>Lockstep comparisons by pair</h3><p>Each pair of processes is one sample of the ratio; a
 pair drawn as a red cross had a block in which other processes took more than the run's busy share of
-the CPUs, and a comparison resting on one gives no verdict.</p><img src="{PAIRS_PNG}" alt="ratio of each pair">"""
+the CPUs, and a comparison resting on one gives no verdict.</p><img src="{PAIRS_PNG}" alt="ratio of each pair">{where}"""
 
 
 def _machine(r: Record) -> str:

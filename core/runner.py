@@ -160,6 +160,12 @@ class ScheduledRun:
         #: the confidence of the intervals at the last look (``until``), which the records keep so
         #: that ``compare`` reads them as the run did
         self.confidence = 0.95
+        #: how an ``until`` run spends its error over its looks: fixed at its first look
+        self.spending: stats.Spending | None = None
+        #: seconds spent making worker environments (not the pace of the run's samples)
+        self.making_envs_s = 0.0
+        #: what one sample of a comparison is: a round of trials (a lockstep run's is a pair)
+        self.unit = "round"
         #: plan index -> the Python its workers run (None: the host's), once made
         self.pythons: dict[int, str | None] = {}
 
@@ -201,9 +207,16 @@ class ScheduledRun:
             return False
         from . import compare
 
+        if self.spending is None:  # its samples' pace, free of one-time environment making
+            pace = (time.monotonic() - self.started - self.making_envs_s) / rounds_done
+            self.spending = stats.spending_for(self.schedule.time_budget_s, pace, self.schedule.round_limit)
+        error = self.spending.error_at(rounds_done)
+        if error == 0:
+            return False  # a look that may spend nothing cannot decide: none is taken
         self.looks += 1
-        self.confidence = stats.sequential_confidence(self.looks)
-        decision = compare.decided(list(self.records().values()), rule, self.looks)
+        self.confidence = 1 - error
+        look = f"look {self.looks} after {rounds_done} {self.unit}s ({self.spending.describe()})"
+        decision = compare.decided(list(self.records().values()), rule, self.confidence, look)
         if decision:
             self.stop_reason = decision
         return bool(decision)
@@ -233,7 +246,11 @@ class ScheduledRun:
         """The plan's worker Python, its environment made on first use (said on the terminal)."""
         if index not in self.pythons:
             setup = self.plans[index].setup
-            python, described = envs.interpreter(setup, self.create_envs, observer.note)
+            began = time.monotonic()
+            try:
+                python, described = envs.interpreter(setup, self.create_envs, observer.note)
+            finally:
+                self.making_envs_s += time.monotonic() - began
             self.pythons[index] = python
             self.contexts[index].worker = dataclasses.replace(described, added=list(setup.added) or None)
         return self.pythons[index]
@@ -268,6 +285,7 @@ class ScheduledRun:
             elapsed_s=time.monotonic() - self.started,
             looks=self.looks,
             confidence=self.confidence,
+            spending=self.spending.plan() if self.spending else None,
         )
 
 

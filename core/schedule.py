@@ -30,6 +30,12 @@ WHEN_BUSY = ("wait", "go")
 #: (see ``stats.blocks_per_pair`` for the rule that trades them).
 DEFAULT_BLOCKS = 6
 DEFAULT_BLOCK_S = 2.0
+#: an ``until`` run's first pairs get twice the rounds (its own rule re-chooses them after three
+#: pairs): with the sides starting at once and a warm-up that ends once the step time stops
+#: falling, a pair of seconds-long steps opens in about half a minute on the 2-core VMs, and the
+#: spread of a pair's ratio is mostly its blocks' (6% a round, against 1.5% from process to
+#: process on the Zen 4 VM), so longer pairs count most of the run's time at the same precision
+DEFAULT_UNTIL_BLOCKS = 12
 #: a comparison needs at least two paired rounds before an interval exists
 MIN_DECIDING_ROUNDS = 2
 #: rounds of an ``until`` run when no time budget stops it first

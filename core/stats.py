@@ -15,11 +15,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from .blocks import SpendingPlan
 
 CV_WARNING = 0.10
 BOOTSTRAP_RESAMPLES = 4000
@@ -161,6 +164,19 @@ def paired_ratio(
     return RatioEstimate(math.exp(center), (math.exp(center - half), math.exp(center + half)), n)
 
 
+def ideal_half_width(sides: Sequence[tuple[float, float]], wall_s: float, confidence: float = 0.95) -> float:
+    """The relative half-width of a two-sided ratio's interval had all of ``wall_s`` been counted
+    steps, split evenly between the sides: each side given as (coefficient of variation of its
+    step times, seconds a step), its log-rate's variance is cv^2 over the steps it would have
+    timed, and the ratio's is their sum (a normal quantile: a design that counted every second
+    would have its spread from thousands of steps)."""
+    from scipy import stats as scipy_stats
+
+    share = wall_s / len(sides)
+    variance = sum(cv**2 * step_s / share for cv, step_s in sides if step_s > 0)
+    return float(scipy_stats.norm.ppf(0.5 + confidence / 2)) * math.sqrt(variance)
+
+
 @dataclass(frozen=True)
 class Allocation:
     """How a lockstep run should spend its time, from what its pairs so far measured."""
@@ -218,7 +234,113 @@ def blocks_per_pair(
         best = round(math.sqrt(within * startup_s / (between * round_s)))
     if current is not None:
         best = min(max(best, math.ceil(current / 2)), 2 * current)
-    return Allocation(min(MAX_BLOCKS, max(MIN_BLOCKS, best)), within, between, startup_s, round_s)
+    # an even number: the A B | B A order then balances which side runs first inside every pair,
+    # so the pairs' ratios need no order term (``compare``)
+    best = 2 * math.ceil(min(MAX_BLOCKS, max(MIN_BLOCKS, best)) / 2)
+    return Allocation(best, within, between, startup_s, round_s)
+
+
+@dataclass(frozen=True)
+class Spending:
+    """How a run that stops once it decides spends its error over its looks (one look after each
+    pair of processes or round, from ``first`` to ``last`` samples): repeated confidence
+    intervals whose *simultaneous* coverage over every look is ``1 - error``, so that the
+    procedure as a whole decides wrongly at most ``error`` of the time, however many looks it
+    takes (a wrong verdict needs one look's interval to miss the truth).
+
+    Each look reads a Student-t interval over the samples so far at its own confidence: look
+    ``k`` (``k - first`` from 0) is given the share ``((k + 1)^2 - k^2) / n^2`` of ``scale *
+    error`` (``n`` looks). The quadratic shape saves the error for the late looks, where a
+    t-interval has the degrees of freedom to decide (at three samples its multiplier is 4.3 at
+    95%, and a look there decides next to never); ``scale`` is the largest factor for which the
+    looks' intervals still cover the truth together at least ``1 - error`` of the time, found by
+    simulating normal samples (``calibrated_scale``): the looks of one run share their samples, so
+    they miss together, and a union bound (``scale`` 1) would leave most of the error unspent.
+    The t-statistic's joint law over the looks depends on neither the mean nor the spread, so one
+    simulation holds for every run with the same looks.
+
+    ``last`` is the number of samples that fit the run's budget, fixed at its first look from the
+    pace of its first samples (which the ratio does not move) and never changed: a plan that
+    moved with the data would lose the guarantee. A look past ``last`` spends nothing."""
+
+    first: int
+    last: int
+    error: float = 0.05
+
+    def error_at(self, samples: int) -> float:
+        """The error the look after ``samples`` samples may spend (0: that look cannot decide)."""
+        if not self.first <= samples <= self.last:
+            return 0.0
+        return min(0.5, calibrated_scale(self.first, self.last, self.error) * self.error * _share(self.first, self.last, samples))
+
+    def confidence_at(self, samples: int) -> float:
+        return 1 - self.error_at(samples)
+
+    def plan(self) -> SpendingPlan:
+        """What a record keeps of it."""
+        return SpendingPlan(self.first, self.last, self.error, self.describe())
+
+    def describe(self) -> str:
+        return (
+            f"repeated intervals over the looks at {self.first} to {self.last} samples, "
+            f"{1 - self.error:.0%} simultaneous coverage (simulated), error saved for the late looks"
+        )
+
+
+def _share(first: int, last: int, samples: int) -> float:
+    k, looks = samples - first, last - first + 1
+    return ((k + 1) ** 2 - k**2) / looks**2
+
+
+#: numbers simulated to calibrate a spending plan (paths x looks), and their seed (fixed: a plan
+#: is a constant); a plan is held to its error less three standard errors of the simulation
+CALIBRATION_SIZE = 8_000_000
+CALIBRATION_SEED = 20261207
+
+
+@functools.lru_cache(maxsize=64)
+def calibrated_scale(first: int, last: int, error: float = 0.05) -> float:
+    """The largest factor on the looks' error shares for which the repeated t-intervals of normal
+    samples, looked at after ``first`` .. ``last`` samples, all cover the mean together at least
+    ``1 - error`` of the time (bisection over ``CALIBRATION_PATHS`` simulated runs). At least 1:
+    the union bound alone guarantees that much."""
+    from scipy import stats as scipy_stats
+
+    paths = max(20_000, min(200_000, CALIBRATION_SIZE // last))
+    target = error - 3 * math.sqrt(error * (1 - error) / paths)
+    rng = np.random.default_rng(CALIBRATION_SEED)
+    x = rng.standard_normal((paths, last))
+    counts = np.arange(1, last + 1)
+    means = np.cumsum(x, axis=1) / counts
+    variances = (np.cumsum(x * x, axis=1) - counts * means**2) / np.maximum(counts - 1, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.abs(means) / np.sqrt(variances / counts)
+    looks = range(first, last + 1)
+
+    def misses(scale: float) -> float:
+        missed = np.zeros(paths, bool)
+        for k in looks:
+            spent = min(0.5, scale * error * _share(first, last, k))
+            missed |= t[:, k - 1] > scipy_stats.t.ppf(1 - spent / 2, k - 1)
+        return float(missed.mean())
+
+    low, high = 1.0, 1.0 / (error * _share(first, last, last))  # high: the last look alone spends all
+    for _ in range(25):
+        middle = (low + high) / 2
+        low, high = (middle, high) if misses(middle) <= target else (low, middle)
+    return low
+
+
+#: the fewest samples (pairs or rounds) at which a look may spend error: with two, a t-interval
+#: has one degree of freedom (a multiplier of 12.7 at 95%) and decides next to never
+FIRST_SPENDING_LOOK = 3
+
+
+def spending_for(budget_s: float | None, sample_s: float, round_limit: int, error: float = 0.05) -> Spending:
+    """The spending plan of an ``until`` run, fixed at its first look: its looks end with the
+    samples that fit its time budget at the pace of its samples so far (at most the round limit)."""
+    fit = round_limit if budget_s is None or sample_s <= 0 else math.floor(budget_s / sample_s)
+    return Spending(FIRST_SPENDING_LOOK, max(FIRST_SPENDING_LOOK, min(round_limit, fit)), error)
 
 
 def sequential_confidence(look: int, error: float = 0.05) -> float:

@@ -40,6 +40,16 @@ STABLE_SPREAD = 0.05
 MIN_TIMED_CALLS = 2
 #: the share of the time box a stable warm-up may use at most
 WARMUP_SHARE_OF_BOX = 0.5
+#: a sample (one entry of a record's step times) holds whole calls lasting at least this long: a
+#: step of microseconds is timed in groups of calls (as pyperf and pytest-benchmark calibrate
+#: their loops), so a record holds at most a few hundred samples a second however short the step
+#: (a 10 us step timed one by one for 3 s made a 15 MB record and 90 s of the host's statistics)
+MIN_SAMPLE_S = 0.005
+
+
+def calls_per_sample(call_s: float) -> int:
+    """The whole calls a sample of calls lasting ``call_s`` holds (1 for any call of 5 ms or more)."""
+    return max(1, math.ceil(MIN_SAMPLE_S / call_s)) if call_s > 0 else 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,9 @@ class TimingPlan:
     timed_calls: int | None = None
     time_box_s: float | None = None
     steps_per_call: int = 1
+    #: calls timed together as one sample; None: one, or in a time box sized from the warm-up's
+    #: calls (``calls_per_sample``)
+    calls_per_sample: int | None = None
 
     @classmethod
     def from_config(cls, config: RunConfig, steps_per_call: int) -> "TimingPlan":
@@ -161,7 +174,8 @@ class _FirstCall:
 
 @dataclass
 class Timing:
-    #: seconds per training step (a call's time / steps_per_call), one value per timed call
+    #: seconds per training step, one value per sample (a sample's time / its steps: one call of
+    #: ``steps_per_call`` steps, or ``calls_per_sample`` calls of a step too short to time alone)
     step_times: list[float]
     wall_time_s: float
     timed_calls: int
@@ -178,10 +192,15 @@ class Timing:
     energy: EnergyUse | None = None
     #: when the process's first step and its warm-up ran (None for blocks of a warm worker)
     startup: StartupMarks | None = None
+    calls_per_sample: int = 1
 
     @property
     def timed_steps(self) -> int:
         return self.timed_calls * self.steps_per_call
+
+    @property
+    def steps_per_sample(self) -> int:
+        return self.steps_per_call * self.calls_per_sample
 
 
 def run_timed(
@@ -198,23 +217,32 @@ def run_timed(
     first = _FirstCall(step)
     step = first if first_steps else step
     warmup_started = time.monotonic()
-    warmup_calls, warmup_rule = warm_up(step, plan, report)
+    warmup_times: list[float] = []
+    warmup_calls, warmup_rule = warm_up(step, plan, report, times=warmup_times)
     warmup_ended = time.monotonic()
+    # a counted run times as many samples as it was asked for; a time box as many as fit, so there
+    # a step too short to time alone is timed in samples of several calls
+    sized = plan.timed_calls is None and warmup_times
+    per_sample = plan.calls_per_sample or (calls_per_sample(statistics.median(warmup_times)) if sized else 1)
     usage_before = ProcessUsage.now()
     energy_before = meter.read() if meter else None
-    marks = [time.perf_counter()]
+    marks, sizes = [time.perf_counter()], list[int]()
     losses: list[float | None] = []
     deadline = marks[0] + plan.time_box_s if plan.time_box_s else None
-    while _more(len(marks) - 1, plan, deadline, marks[-1]):
-        loss = step()
+    calls, loss = 0, None
+    while _more(calls, len(sizes), plan, deadline, marks[-1]):
+        size = min(per_sample, plan.timed_calls - calls) if plan.timed_calls else per_sample
+        for _ in range(size):
+            loss = step()
         marks.append(time.perf_counter())
-        if loss is not None:
+        calls += size
+        sizes.append(size)
+        if loss is not None:  # a sample's loss is its last call's
             losses.append(_finite_or_none(loss))
-        report("timed", len(marks) - 1, plan.timed_calls)  # None: a time box has no step count
+        report("timed", calls, plan.timed_calls)  # None: a time box has no step count
     energy = meter.between(energy_before, meter.read()) if meter else None
     usage = ProcessUsage.since(usage_before)
-    calls = len(marks) - 1
-    step_times = [(b - a) / plan.steps_per_call for a, b in zip(marks, marks[1:])]
+    step_times = [(b - a) / (size * plan.steps_per_call) for a, b, size in zip(marks, marks[1:], sizes)]
     timed_rule = (
         f"counted: {calls * plan.steps_per_call} steps"
         if plan.timed_calls
@@ -232,6 +260,7 @@ def run_timed(
         usage=usage,
         energy=energy,
         startup=_marks(first, warmup_started, warmup_ended) if first_steps else None,
+        calls_per_sample=per_sample,
     )
 
 
@@ -241,34 +270,57 @@ def _marks(step: _FirstCall, warmup_started: float, warmup_ended: float) -> Star
     return StartupMarks(warmup_started, step.started, step.ended, warmup_ended)
 
 
-def warm_up_marked(step: Callable[[], float | None], plan: TimingPlan) -> tuple[int, str, StartupMarks | None]:
-    """``warm_up`` of a process's first calls of ``step``, and when they ran (lockstep's sides)."""
+@dataclass(frozen=True)
+class WarmUp:
+    """A lockstep side's warm-up: the calls it took, why it ended, when the process's first call
+    ran, and the pace of its last calls (seconds a call: what sizes the side's blocks)."""
+
+    calls: int
+    rule: str
+    #: None when the process's first call ran before this warm-up (``ended`` then says when it ended)
+    marks: StartupMarks | None
+    call_s: float
+    started: float = 0.0
+    ended: float = 0.0
+
+
+def warm_up_marked(step: Callable[[], float | None], plan: TimingPlan) -> WarmUp:
+    """``warm_up`` of a process's first calls of ``step``, when they ran, and their pace."""
     first = _FirstCall(step)
     started = time.monotonic()
-    calls, rule = warm_up(first, plan)
-    return calls, rule, _marks(first, started, time.monotonic())
+    times: list[float] = []
+    calls, rule = warm_up(first, plan, times=times)
+    pace = statistics.median(times[-STABLE_WINDOW:]) if times else 0.0
+    ended = time.monotonic()
+    return WarmUp(calls, rule, _marks(first, started, ended), pace, started, ended)
 
 
-def _more(done: int, plan: TimingPlan, deadline: float | None, now: float) -> bool:
+def _more(done: int, samples: int, plan: TimingPlan, deadline: float | None, now: float) -> bool:
     if plan.timed_calls:
         return done < plan.timed_calls
-    return done < MIN_TIMED_CALLS or (deadline is not None and now < deadline)
+    return samples < MIN_TIMED_CALLS or (deadline is not None and now < deadline)
 
 
 def warm_up(
-    step: Callable[[], float | None], plan: TimingPlan, report: Callable[[str, int, int | None], None] = lambda *_: None
+    step: Callable[[], float | None],
+    plan: TimingPlan,
+    report: Callable[[str, int, int | None], None] = lambda *_: None,
+    times: list[float] | None = None,
 ) -> tuple[int, str]:
-    """Run the warm-up; return the calls it took and why it ended."""
+    """Run the warm-up; return the calls it took and why it ended (``times`` gets each call's)."""
 
     def steps(calls: int) -> int:
         return calls * plan.steps_per_call
 
+    times = [] if times is None else times
     if not plan.stable_warmup or plan.warmup_calls == 0:
         for i in range(plan.warmup_calls):
+            before = time.perf_counter()
             step()
+            times.append(time.perf_counter() - before)
             report("warmup", i + 1, plan.warmup_calls)
         return plan.warmup_calls, f"fixed: {steps(plan.warmup_calls)} steps"
-    started, times = time.perf_counter(), list[float]()
+    started = time.perf_counter()
     cap_s = plan.warmup_time_cap_s
     while len(times) < plan.warmup_calls:
         before = time.perf_counter()
@@ -278,6 +330,11 @@ def warm_up(
         if _stable(times):
             return len(times), (
                 f"stable after {steps(len(times))} steps (last {STABLE_WINDOW} within {STABLE_SPREAD:.0%} of their median)"
+            )
+        if _settled(times):
+            return len(times), (
+                f"settled after {steps(len(times))} steps (the median of the last {STABLE_WINDOW} within "
+                f"{STABLE_SPREAD:.0%} of the {STABLE_WINDOW} before)"
             )
         if cap_s is not None and time.perf_counter() - started >= cap_s:
             return len(times), (f"time cap {cap_s:g} s reached after {steps(len(times))} steps, before the step time was stable")
@@ -290,6 +347,20 @@ def _stable(times: list[float]) -> bool:
     window = times[-STABLE_WINDOW:]
     median = statistics.median(window)
     return median > 0 and (max(window) - min(window)) / median <= STABLE_SPREAD
+
+
+def _settled(times: list[float]) -> bool:
+    """The step time no longer falls: the median of the last window is within ``STABLE_SPREAD`` of
+    the window's before it. The rule for noisy steps (a CPU's seconds-long steps vary by 5-10%
+    from one to the next, so three in a row rarely lie within 5% of each other, and the stable
+    rule runs to its cap): a median of three is steady where single steps are not, and a
+    transient -- compilation, allocator growth, caches filling -- shows as a fall between two
+    windows."""
+    if len(times) < 2 * STABLE_WINDOW:
+        return False
+    last = statistics.median(times[-STABLE_WINDOW:])
+    before = statistics.median(times[-2 * STABLE_WINDOW : -STABLE_WINDOW])
+    return before > 0 and abs(last / before - 1) <= STABLE_SPREAD
 
 
 def _finite_or_none(loss: float) -> float | None:

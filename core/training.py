@@ -18,7 +18,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable
 
 from .blocks import CurvePoint, Training
-from .config import flag
+from .config import NESTED, flag
 from .energy import EnergyUse, Meter
 from .errors import UsageError
 from .timing import ProcessUsage, Timing, TimingPlan, run_timed
@@ -91,6 +91,9 @@ class TrainSpec:
         if epoch < self.warmup_epochs:
             return rate * epoch / self.warmup_epochs
         return rate * self.decay_factor ** sum(epoch >= boundary for boundary in self.decay_epochs)
+
+
+NESTED["train"] = TrainSpec  # a refused train value names its flag (``config.flag_of``)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from . import allocators, datasets, energy, training
 from .backend import Backend, DeviceMemory, Prepared
 from .blocks import Installed, Lock
 from .config import RunConfig
-from .timing import StartupMarks, Timing, TimingPlan, run_timed, warm_up_marked
+from .timing import Timing, TimingPlan, WarmUp, run_timed, warm_up_marked
 
 
 def apply_process_settings(config: RunConfig) -> None:
@@ -162,18 +162,19 @@ class _Session:
         plan = TimingPlan.from_config(self.config, self.steps_per_call)
         return run_timed(self.backend.step, plan, progress=self._progress, meter=self._meter, first_steps=True)
 
-    def _warm_up(self) -> tuple[int, str, StartupMarks | None]:
+    def _warm_up(self) -> WarmUp:
         """Lockstep: the config's warm-up rule alone; its blocks come as ``step``."""
         self.stepped = True
         return warm_up_marked(self.backend.step, TimingPlan.from_config(self.config, self.steps_per_call))
 
-    def _step(self, calls: int = 1) -> Timing:
+    def _step(self, calls: int = 1, calls_per_sample: int = 1) -> Timing:
         """``calls`` calls through the same timing loop (the pipe not timed): pytest-benchmark's
-        rounds and lockstep's blocks."""
+        rounds (one call a sample) and lockstep's blocks (a side's calls of a tiny step timed in
+        samples of several)."""
         first, self.stepped = not self.stepped, True
         return run_timed(
             self.backend.step,
-            TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call),
+            TimingPlan(0, timed_calls=calls, steps_per_call=self.steps_per_call, calls_per_sample=calls_per_sample),
             meter=self._meter,
             first_steps=first,
         )

@@ -315,3 +315,64 @@ def test_a_record_without_a_peak_says_why_and_the_table_says_how_to_get_one(monk
     out = Console(width=200, record=True)
     ResultsTable([record]).print(out)
     assert "no peak to compare with for sleepy:fixed-time (fp32): `accelbench peak` measures" in out.export_text()
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"train": {"dataset": "d", "target_top1": 0.9, "max_epochs": 0}}, "--max-epochs must be at least 1 (got 0)"),
+        (
+            {"train": {"dataset": "d", "target_top1": 0.9, "max_epochs": 3, "base_learning_rate": -1.0}},
+            "--base-lr must be more than 0",
+        ),
+        ({"global_batch": 0}, "--global-batch must be at least 1 (got 0)"),
+        ({"warmup": "sometimes"}, "--warmup must be one of"),
+        ({"timeout_s": "soon"}, "--timeout must be number"),
+    ],
+)
+def test_a_refused_config_value_names_its_flag_and_the_rule(data, message):
+    """#66: one line that says which flag and what it must be, not the whole block's JSON."""
+    from accelbench import training  # noqa: F401 - declares the train block's flags
+    from accelbench.config import RunConfig
+    from accelbench.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        RunConfig.from_dict(data)
+    assert message in str(refused.value) and "{" not in str(refused.value), str(refused.value)
+
+
+def test_a_folder_lock_is_exclusive_bounded_and_leaves_nothing(tmp_path):
+    """A second holder (another open of the folder: flock locks belong to open descriptions, so
+    this holds between two processes as between two opens in one) waits, here past its bound."""
+    from accelbench import locks
+
+    order, waited = [], []
+    with locks.folder_lock(tmp_path):
+        with pytest.raises(TimeoutError, match=str(tmp_path)):
+            with locks.folder_lock(tmp_path, timeout_s=0.1, on_wait=lambda: waited.append(1)):
+                order.append("never")
+        order.append("held")
+    with locks.folder_lock(tmp_path, timeout_s=0.1):  # free again once released
+        order.append("again")
+    assert order == ["held", "again"] and waited == [1] and list(tmp_path.iterdir()) == []
+
+
+def test_evidence_made_by_a_replaced_method_stands_only_as_superseded(tmp_path):
+    """#66: a results file whose intervals are the bootstrap over trials (replaced in schema 1.10)
+    or whose looks spent their error one at a time (replaced in 1.13) stops the docs' build,
+    unless it sits in a superseded/ folder, where it is rendered as such."""
+    import shutil
+
+    from accelbench import evidence
+
+    kept = Path(__file__).parent.parent / "benchmarks" / "results" / "xeon-amx-2core" / "superseded"
+    source = sorted(kept.glob("*.json"))[0]
+    (tmp_path / "machine" / "superseded").mkdir(parents=True)
+    shutil.copy(source, tmp_path / "machine" / source.name)
+    with pytest.raises(evidence.EvidenceError, match="no longer uses .*bootstrap over trials.*superseded/"):
+        evidence.load(tmp_path)
+    (tmp_path / "machine" / source.name).rename(tmp_path / "machine" / "superseded" / source.name)
+    [found] = evidence.load(tmp_path)
+    assert found.superseded and "**Superseded**" in evidence.markdown([found], tmp_path)
+    current = Path(__file__).parent.parent / "benchmarks" / "results" / "zen4-2core"
+    assert all(not evidence.stale(f.records) for f in evidence.load(current) if not f.superseded)

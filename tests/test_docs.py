@@ -116,7 +116,8 @@ def test_a_results_file_that_cannot_stand_as_evidence_fails_the_build_by_its_pat
 
 
 def a_results_file(tmp_path):
-    [source] = [p for p in sorted(RESULTS.rglob("*.json")) if p.stem.endswith("lockstep-quiet")]
+    # evidence made by today's methods (a superseded one would stop the build: test_core_units)
+    [source] = [p for p in sorted(RESULTS.rglob("*.json")) if p.stem.endswith("until-decided-1")]
     folder = tmp_path / "results" / "a-machine"
     folder.mkdir(parents=True)
     return shutil.copy(source, folder / "2026-12-06-case.json")
@@ -132,7 +133,7 @@ def test_a_figure_edited_in_a_file_changes_the_rendered_page(tmp_path):
     after = evidence.markdown(evidence.load(tmp_path / "results"), tmp_path / "results")
     assert f"{old:.2f}" in before and "123.46" not in before
     assert "123.46" in after
-    assert "## a-machine" in after and "Intel" in after and "accelbench run" in after
+    assert "## a-machine" in after and "AMD EPYC" in after and "accelbench run" in after
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from accelbench import busy, lockstep, report
+from accelbench import busy, lockstep, report, stats
 from accelbench.compare import Run, busy_pairs, compare, runs_of
 from accelbench.console import ComparisonTable, ResultsTable
 from accelbench.records import Record
@@ -67,7 +67,15 @@ def test_two_runs_are_compared_in_lockstep_by_default(accelbench_cli, tmp_path):
     records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3")
     schedule = records[0]["schedule"]
     assert schedule["kind"] == "lockstep" and schedule["rounds"] == 3
-    assert schedule["lockstep"] == {"blocks_per_pair": 4, "block_s": 0.2, "when_busy": "wait", "busy_share": busy.BUSY_SHARE}
+    settings = {key: schedule["lockstep"][key] for key in ("blocks_per_pair", "block_s", "when_busy", "busy_share")}
+    assert settings == {"blocks_per_pair": 4, "block_s": 0.2, "when_busy": "wait", "busy_share": busy.BUSY_SHARE}
+    # every second of the run accounted for: its parts add up to the run's wall time
+    split = schedule["lockstep"]["time"]
+    parts = [value for key, value in split.items() if key != "wall_s"]
+    assert sum(parts) == pytest.approx(split["wall_s"], rel=1e-6) and split["other_s"] >= 0
+    assert split["counted_s"] == pytest.approx(sum(t["wall_time_s"] for r in records for t in r["trials"]), rel=1e-6)
+    assert split["wall_s"] == pytest.approx(schedule["elapsed_s"], abs=0.5)
+    assert 0 < schedule["lockstep"]["efficiency"]["efficiency"] <= 1
     for record in records:
         assert [t["round"] for t in record["trials"]] == [0, 1, 2]
         for trial in record["trials"]:
@@ -78,10 +86,9 @@ def test_two_runs_are_compared_in_lockstep_by_default(accelbench_cli, tmp_path):
             assert trial["images"] == 8 * sum(b["steps"] for b in blocks)
             assert trial["wall_time_s"] == pytest.approx(sum(b["seconds"] for b in blocks))
             assert all(b["foreign_share"] is not None and 0 <= b["foreign_share"] < 1 for b in blocks)
-    # the side that starts (and blocks) first alternates from pair to pair; within a pair, ABBA
-    first = [records[0]["trials"][p]["started_utc"] < records[1]["trials"][p]["started_utc"] for p in range(3)]
-    assert first == [True, False, True]
+    # the side that blocks first alternates from pair to pair (its sides start at once); within a pair, ABBA
     assert [t["position"] for t in records[0]["trials"]] == [0, 1, 0]  # what compare reads of that order
+    assert [t["position"] for t in records[1]["trials"]] == [1, 0, 1]
     a0, b0 = records[0]["trials"][0]["blocks"], records[1]["trials"][0]["blocks"]
     assert a0[0]["started_s"] < b0[0]["started_s"] < b0[1]["started_s"] < a0[1]["started_s"] < a0[2]["started_s"]
     assert "accelbench results (lockstep, 3 pairs)" in result.stdout
@@ -335,8 +342,11 @@ def test_the_runs_last_line_and_compare_agree(accelbench_cli, tmp_path):
     )
     stop = records[0]["schedule"]["stop_reason"]
     assert stop.startswith("decided: ") and "outside" in stop
-    confidence = records[0]["schedule"]["confidence"]
-    assert confidence == pytest.approx(1 - 0.05 / (records[0]["schedule"]["looks"] * (records[0]["schedule"]["looks"] + 1)))
+    schedule = records[0]["schedule"]
+    confidence, plan = schedule["confidence"], schedule["spending"]
+    assert confidence == pytest.approx(
+        stats.Spending(plan["first"], plan["last"], plan["error"]).confidence_at(schedule["rounds"])
+    )
     again = accelbench_cli("compare", str(tmp_path / "run.json"), "--tolerance", "3%", "--json")
     [comparison] = json.loads(again.stdout)["comparisons"]
     assert again.returncode == 1 and comparison["verdict"] == "outside"
@@ -517,7 +527,10 @@ def test_a_lever_runs_beside_the_backend_as_configured_and_is_compared(accelbenc
         ("nope=1", "--lever nope=1: unknown option 'nope'"),
         ("step_ms=20", "--lever step_ms=20: the run as configured already has it"),
         ("scale=0.8,scale=0.9", "sets scale twice"),
-        ("huge_pages=sometimes", "--lever huge_pages=sometimes: invalid config: $.huge_pages: 'sometimes' is not one of"),
+        (
+            "huge_pages=sometimes",
+            "--lever huge_pages=sometimes: invalid config: --huge-pages must be one of auto, on, off (got 'sometimes')",
+        ),
         ("allocator=/nowhere/libmalloc.so", "--lever allocator=/nowhere/libmalloc.so: "),
         # what "auto" resolves to for the test backend already: the same run twice
         ("allocator=system,huge_pages=off", "every selected backend runs so as configured, so it changes nothing"),
@@ -539,3 +552,31 @@ def test_a_lever_sets_run_fields_that_change_how_not_what_and_options_for_the_re
     assert lever.options == {"step_ms": 20, "scale": 0.8} and lever.levers is None
     # never the work: no model, batch, precision, image or step count is a lever's to change
     assert set(LEVER_FIELDS) == {"allocator", "huge_pages", "threads", "inter_op_threads"}
+
+
+def test_a_seconds_long_step_with_a_quick_start_counts_most_of_the_run(accelbench_cli, tmp_path):
+    """1 s steps, 0.2 s to prepare: the sides start at once, warm up until the step time stops
+    falling, and take turns in whole-step blocks, so that most of the run is counted steps."""
+    out = tmp_path / "run.json"
+    result = accelbench_cli(
+        "run", "--plugin", "sleepy", "--plugin", "twin", "--option", "step_ms=1000", "--option", "prepare_s=0.2",
+        "--block-time", "2s", "--blocks", "4", "--trials", "1", "-o", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = load_records(out)
+    split = records[0]["schedule"]["lockstep"]["time"]
+    assert split["counted_s"] / split["wall_s"] >= 0.6, split
+    assert all(b["steps"] == 2 for r in records for b in r["trials"][0]["blocks"])
+    # the two sides' start-ups (to their first step's end) overlapped: the run's opening is about one side's
+    startups = [r["startup"]["worker_to_first_step_s"] for r in records]
+    assert split["opening_s"] < 0.75 * sum(startups), (split, startups)
+    assert "counted" in result.stdout
+
+
+def test_a_true_five_percent_gap_is_decided_outside(accelbench_cli, tmp_path):
+    records, result = lockstep_run(
+        accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "90", "--option", "noise=0.02",
+        "--option", "twin_scale=1.05",
+    )  # fmt: skip
+    assert compared(records).verdict == "outside"
+    assert records[0]["schedule"]["stop_reason"].startswith("decided: ")

@@ -127,3 +127,35 @@ def test_contract_holds_for_mxnet_ngc(accelbench_contract):
     reasons = accelbench_contract.refuses_bad_config("mxnet_ngc:resnet50")
     assert any("GPU" in reason for reason in reasons)
     accelbench_contract.step_syncs("mxnet_ngc:resnet50", image_size=32, global_batch=4)
+
+
+def test_the_main_jobs_install_carries_what_the_readmes_pytest_benchmark_tour_runs():
+    """#66: the README's tour runs `pytest --pyargs accelbench.benchmarks` after the main job's
+    install (`pip install -e '.[all]'`): that install must bring pytest and pytest-benchmark,
+    not leave the shell's other pytest to answer."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    main_job = next(line for line in readme.splitlines() if line.startswith("python3 -m venv") and "accelbench run" in line)
+    [extras] = re.findall(r"pip install -e '\.\[([a-z,]+)\]'", main_job)
+    assert "pytest --pyargs accelbench.benchmarks --benchmark-only" in readme
+    optional = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def installed_by(extra: str) -> set[str]:
+        found = set()
+        for text in optional[extra]:
+            requirement = Requirement(text)
+            found |= (
+                {n for e in requirement.extras for n in installed_by(e)}
+                if requirement.name == "accelbench"
+                else {requirement.name}
+            )
+        return found
+
+    brought = set().union(*(installed_by(e) for e in extras.split(",")))
+    assert {"pytest", "pytest-benchmark"} <= brought, brought

@@ -303,6 +303,8 @@ def test_concurrent_runs_on_one_results_file_keep_every_record(accelbench_cli, t
     document = json.loads(shared.read_text())
     assert len(document["records"]) == 4 and all(r["status"] == "ok" for r in document["records"])
     assert accelbench_cli("validate", str(shared)).returncode == 0
+    # the lock was held on the folder: nothing but the results file is left in it (#66)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json"]
 
 
 def test_a_writer_that_cannot_get_the_lock_keeps_its_records_beside_the_file(tmp_path, monkeypatch, capsys):
@@ -314,9 +316,12 @@ def test_a_writer_that_cannot_get_the_lock_keeps_its_records_beside_the_file(tmp
     [record] = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][:1]
     record = records.Record.from_json({**record, "schema_version": records.validation.RESULT_SCHEMA_VERSION})
     monkeypatch.setattr(records.ResultsWriter, "LOCK_TIMEOUT_S", 0.2)
-    with open(tmp_path / "shared.json.lock", "a") as held:
+    held = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         fcntl.flock(held, fcntl.LOCK_EX)  # another writer, stuck
         written = records.ResultsWriter(shared).write([record])
+    finally:
+        os.close(held)
     assert written != shared and not shared.exists()
     assert json.loads(written.read_text())["records"] == [record.to_json()]
     assert f"this run's records are in {written}" in capsys.readouterr().err

@@ -71,9 +71,9 @@ def test_rerun_names_what_changed_in_the_lock_and_the_machine(accelbench_cli, ma
         environment = record["environment"]
         environment["cpu_model"] = "AMD EPYC 7B13"
         environment["cpu_flags"] = [f for f in environment["cpu_flags"] if not f.startswith("avx512")] + ["avx9"]
-        lock = environment["lock"]
-        lock["distributions"] = [p if not p.startswith("pluggy==") else "pluggy==0.1" for p in lock["distributions"]]
-        lock["sha256"] = "0" * 64
+        for lock in (environment["lock"], environment["worker"]["lock"]):  # the host's, and the one its worker read
+            lock["distributions"] = [p if not p.startswith("pluggy==") else "pluggy==0.1" for p in lock["distributions"]]
+            lock["sha256"] = "0" * 64
     then.write_text(json.dumps(document))
     done = accelbench_cli(
         "rerun", str(then), "--record", document["records"][1]["config_hash"][:10], "-o", str(tmp_path / "now.json")

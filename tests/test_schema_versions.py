@@ -4,7 +4,7 @@ The fixtures are real results files, each written by accelbench at the commit th
 schema version (a two-point batch sweep of the fixed-time test backend, 2 trials each): 1.0-1.3
 when those versions were current, 1.4-1.11 on 2026-12-06 from each commit's own code and test
 plugins (`git archive` of the commit, run with its package first on PYTHONPATH; 1.11 from 9ff3707,
-in lockstep, the default for a sweep by then). Their intervals
+in lockstep, the default for a sweep by then; 1.12 on 2026-12-07 from a20df3b the same way). Their intervals
 over two trials are the percentile bootstrap of their day, which 1.10 replaced (1.10's own is the
 t-interval).
 """
@@ -16,7 +16,21 @@ import pytest
 from accelbench import validation
 
 FIXTURES = Path(__file__).parent / "fixtures"
-VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0", "1.8.0", "1.9.0", "1.10.0", "1.11.0"]
+VERSIONS = [
+    "1.0.0",
+    "1.1.0",
+    "1.2.0",
+    "1.3.0",
+    "1.4.0",
+    "1.5.0",
+    "1.6.0",
+    "1.7.0",
+    "1.8.0",
+    "1.9.0",
+    "1.10.0",
+    "1.11.0",
+    "1.12.0",
+]
 
 
 def fixture(version: str) -> Path:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 from accelbench import timing
@@ -395,3 +396,24 @@ def test_bf16_emulation_is_told_from_what_xla_compiled(operands, platform, flags
     else:
         assert len(warnings) == 1 and warnings[0].startswith(expected), warnings
     assert emulation_warnings("fp32", platform, operands, "the step's convolutions") == []
+
+
+def test_a_step_of_microseconds_is_timed_in_samples_and_its_record_stays_small(accelbench_cli, tmp_path):
+    """#66: a 10 us step in a 10 s time box is timed in samples of whole calls lasting at least
+    ``timing.MIN_SAMPLE_S`` (as pyperf calibrates its loops): the record says how many steps a
+    sample holds, stays far under 1 MB, its figure is the step's true rate, and the run ends
+    within a second of its last step."""
+    out = tmp_path / "tiny.json"
+    result = accelbench_cli("run", "--plugin", "sleepy", "--option", "step_ms=0.01", "--time", "10s", "-o", str(out))
+    finished = time.time()
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_size < 1_000_000
+    [record] = load_records(out)
+    steps, [trial] = record["steps"], record["trials"]
+    assert steps["steps_per_sample"] >= 100 and steps["timed"] >= 10 * steps["steps_per_sample"]
+    assert len(trial["step_times_s"]) <= 2 * 10 / timing.MIN_SAMPLE_S  # samples sized from the warm-up's pace
+    # the step busy-waits 10 us; the loop around it costs well under a microsecond a call
+    assert record["throughput"]["images_per_sec"] == pytest.approx(8 / 10e-6, rel=0.15)
+    assert record["throughput"]["images"] == 8 * steps["timed"]
+    ended = datetime.fromisoformat(trial["ended_utc"].replace("Z", "+00:00")).timestamp()
+    assert finished - ended < 2.0  # the host's statistics, the write and the table, then its exit

@@ -31,6 +31,8 @@ from accelbench.records import read_results
 #: time still fell after 10 on the Xeon VM); beside the hog lockstep runs on (--when-busy go) so
 #: that what the guard makes of busy blocks shows, rather than a run that waits out its budget.
 CASES = {
+    # the user's own command: every setting at its default (lockstep for two backends)
+    "default-quiet": ([], False),
     "rounds-quiet": (["--schedule", "interleaved"], False),
     "lockstep-quiet": (["--schedule", "lockstep", "--warmup-steps", "30"], False),
     "rounds-hog": (["--schedule", "interleaved"], True),
@@ -47,6 +49,14 @@ def main() -> None:
     parser.add_argument("--max-time", default="10m", help="each quiet case's time (default 10m)")
     parser.add_argument("--hog-time", default="5m", help="each case's time beside the hog (default 5m)")
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument(
+        "--until",
+        default="halfwidth",
+        choices=("halfwidth", "decided"),
+        help="halfwidth: run until the interval is 1%% wide (to read it at 5 and 10 minutes); "
+        "decided: the user's question, --until-decided 3%%, stopping at the verdict",
+    )
+    parser.add_argument("--runs", type=int, default=1, help="runs of each case (files numbered)")
     parser.add_argument("--keep", default="results/bench_compare", help="folder for the cases' results files")
     parser.add_argument("--summary", nargs="+", help="only summarise these kept results files")
     args = parser.parse_args()
@@ -65,9 +75,12 @@ def run_cases(args) -> list[Path]:
     plugins = [part for name in args.pair.split(",") for part in ("--plugin", name)]
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     kept = []
-    for name in args.cases.split(","):
+    stop = ["--until-halfwidth", "1%"] if args.until == "halfwidth" else ["--until-decided", f"{TOLERANCE:.0%}"]
+    for name, run in ((name, run) for name in args.cases.split(",") for run in range(1, args.runs + 1)):
         flags, hog = CASES[name]
-        out = Path(args.keep) / f"{stamp}-decide-{name}.json"
+        suffix = "" if args.until == "halfwidth" else "-until-decided"
+        numbered = f"-{run}" if args.runs > 1 else ""
+        out = Path(args.keep) / f"{stamp}-decide-{name}{suffix}{numbered}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         budget = args.hog_time if hog else args.max_time
         command = [
@@ -81,8 +94,7 @@ def run_cases(args) -> list[Path]:
             "--global-batch",
             str(args.batch),
             *flags,
-            "--until-halfwidth",
-            "1%",
+            *stop,
             "--max-time",
             budget,
             "--force",
@@ -124,10 +136,13 @@ def summary_line(path: Path) -> str:
         if decided_at is not None
         else f"not decided at ±{TOLERANCE:.0%} ({final.note or final.verdict})"
     )
+    split = schedule.lockstep.time if schedule.lockstep else None
+    spent = f"; time {split.describe()}" if split else ""
+    efficiency = f"; efficiency {final.efficiency.efficiency:.0%}" if final.efficiency else ""
     return (
         f"{path.name}: {schedule.kind}, {schedule.rounds} {unit(schedule)}, {schedule.elapsed_s or 0:.0f} s; "
         f"{final.a} / {final.b} {final.ratio:.3f} ({final.confidence:.2%} CI {final.ci95[0]:.3f}–"
-        f"{final.ci95[1]:.3f}, {final.verdict}); {decision}; 95% half-width: {width_text}"
+        f"{final.ci95[1]:.3f}, {final.verdict}); {decision}; 95% half-width: {width_text}{spent}{efficiency}"
         + (f"; {final.busy}" if final.busy else "")
     )
 
@@ -152,11 +167,21 @@ def unit_end_s(records, index: int) -> float:
 
 
 def sequential_decision(records):
-    """When the run's own looks (one after every unit from the second on, the error spent as
-    ``stats.sequential_confidence``) would first have decided the ±3% question; (None, None) if never."""
-    units = records[0].schedule.rounds
+    """When the run's own looks would first have decided the ±3% question; (None, None) if never.
+    The looks as the run spent its error (``schedule.spending``: repeated intervals, result schema
+    1.13), or, in an earlier record, one look after every unit from the second on at
+    ``stats.sequential_confidence``."""
+    schedule = records[0].schedule
+    units = schedule.rounds
+    plan = schedule.spending
     for count in range(2, units + 1):
-        confidence = stats.sequential_confidence(count - 1)
+        confidence = (
+            stats.Spending(plan.first, plan.last, plan.error).confidence_at(count)
+            if plan
+            else stats.sequential_confidence(count - 1)
+        )
+        if confidence >= 1:
+            continue
         [result] = compare.comparisons(compare.runs_of(first_units(records, count)), TOLERANCE, confidence=confidence)
         if result.verdict in ("within", "outside"):
             return unit_end_s(records, count - 1), result

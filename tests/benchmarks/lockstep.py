@@ -130,12 +130,13 @@ class PluginSide:
         return self.batch * block.steps, block.seconds
 
     def record(self, timed_by):
-        """The record of the blocks so far (of the last warm-up call alone before any block), as
-        ``accelbench run`` builds a lockstep side's."""
+        """The record of the blocks so far (of the process's first call alone before any block),
+        as ``accelbench run`` builds a lockstep side's."""
         from accelbench.records import TrialOutcome, build
 
         side = self.side
-        outcome = side.outcome() if side.blocks else TrialOutcome("ok", "", side.probe, side.prepared, startup=side.startup)
+        first = TrialOutcome("ok", "", side.first_call, side.prepared, startup=side.startup)
+        outcome = side.outcome() if side.blocks else first
         outcome.prepared = dataclasses.replace(outcome.prepared, settings={**outcome.prepared.settings, "timed_by": timed_by})
         return build(dataclasses.replace(self.ctx, outcomes=[outcome]))
 
