@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -788,7 +789,7 @@ def validate(files: tuple[str, ...]) -> None:
             document = records.read_json(name)
         except UsageError as exc:
             bad += 1
-            click.echo(f"{name}: {exc}".replace(f"{name}: file {name}: ", f"{name}: "))
+            click.echo(f"{name}: {exc}".replace(f"{name}: results file {name}: ", f"{name}: "))
             continue
         problems = validation.errors("results", document)
         if not problems:
@@ -903,7 +904,8 @@ def data(source: str, out: str, preset: str | None, seed: int) -> None:
     from . import conversion, datasets
     from .registry import PluginHost
 
-    datasets.check_out(Path(out))  # before any framework's worker starts
+    datasets.check_source(source)  # both before any framework's worker starts
+    datasets.check_out(Path(out))
     try:
         manifest = conversion.convert_dataset(source, Path(out), PluginHost().backends(), preset, seed)
     except RuntimeError as exc:
@@ -993,7 +995,7 @@ def train(
     pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
     inputs.check_output(path, force)
-    dataset = datasets.load(data_dir or conversion.default_dataset(refs))
+    dataset = datasets.load(data_dir, what="--data") if data_dir is not None else datasets.load(conversion.default_dataset(refs))
     config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
     plans = runner.plan(refs, config)
     _execute(plans, path, pricing, TrainingTable, view=_View(wide=wide), force=force)
@@ -1092,6 +1094,12 @@ def main() -> None:
         sys.exit(2)
     except click.UsageError as exc:  # bad flag or value: one line, like our own errors
         click.echo(f"error: {_one_line(exc.format_message())}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        # only a path the user typed can be too long for the file system: a refusal, wherever it is met
+        click.echo(f"error: {exc.filename!r}: {exc.strerror}", err=True)
         sys.exit(2)
     except click.exceptions.Abort as exc:
         click.echo(getattr(exc.__context__, "signal_name", "aborted"), err=True)

@@ -262,19 +262,24 @@ def parse_option(text: str, flag: str = "--option") -> tuple[str, Any]:
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a JSON or TOML config file into a dict (not yet validated)."""
+    """Read a JSON or TOML config file into a dict of known run fields (not yet validated); every
+    refusal names ``--config`` and the file."""
     path = Path(path)
-    text = inputs.read_text(path, "config file")
+    what = f"--config {inputs.shown_path(path)}"
+    text = inputs.read_text(path, "--config")
     if path.suffix == ".toml":
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"config file {path} is malformed: {exc}") from None
+            raise UsageError(f"{what} is malformed: {exc}") from None
     else:
-        data = inputs.parse_json(text, f"config file {path}")
+        data = inputs.parse_json(text, what)
     if not isinstance(data, dict):
-        raise UsageError(f"config file {path}: must hold an object of run fields, not {type(data).__name__}")
-    inputs.check_finite(data, f"config file {path}")
+        raise UsageError(f"{what}: must hold an object of run fields, not {type(data).__name__}")
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(RunConfig)})
+    if unknown:  # a results file given as a config, or a typo: said here, not as "additional properties at $"
+        raise UsageError(f"{what}: {', '.join(map(repr, unknown))} {'is not a run field' if len(unknown) == 1 else 'are not run fields'}")
+    inputs.check_finite(data, what)
     return data
 
 

@@ -86,8 +86,8 @@ def load_catalogue(path: str | Path | None = None) -> list[Price]:
     shipped = json.loads(resources.files("accelbench").joinpath("data/prices_2018.json").read_text())
     entries = {e["name"]: e for e in _checked(shipped, "shipped price catalogue")}
     if path is not None:
-        document = inputs.read_json(path, "price catalogue")
-        entries.update({e["name"]: e for e in _checked(document, f"price catalogue {path}")})
+        document = inputs.read_json(path, "--prices")  # the flag that gave it, named in every refusal
+        entries.update({e["name"]: e for e in _checked(document, f"--prices {inputs.shown_path(path)}")})
     return [
         Price(
             name=e["name"],
@@ -142,7 +142,7 @@ def explicit_price(name: str | None, per_hour: float | None, catalogue: list[Pri
     if name:
         found = next((p for p in catalogue if p.name == name), None)
         if found is None:
-            raise UsageError(f"unknown price {name!r} (catalogue: {', '.join(p.name for p in catalogue)})")
+            raise UsageError(f"--price {name!r} is not in the catalogue ({', '.join(p.name for p in catalogue)})")
         return found
     if per_hour is not None:
         if per_hour <= 0:

@@ -174,13 +174,23 @@ def check_out(out: Path) -> None:
     """OUT can become a dataset's folder: an empty folder, or none yet under a folder this user
     may write (checked before any framework's worker starts); UsageError naming it otherwise."""
     shown = repr(str(out))
+    try:
+        out.exists()
+    except OSError as exc:  # a name too long for the file system, say
+        raise UsageError(f"OUT {shown}: {exc.strerror or exc}") from None
     if out.exists() and not out.is_dir():
         raise UsageError(f"OUT {shown} exists and is not a folder; choose a new folder")
     if out.is_dir() and any(out.iterdir()):
         raise UsageError(f"OUT {shown} exists and is not empty; choose a new folder")
     parent = next((p for p in out.absolute().parents if p.exists()), None)
-    if not out.exists() and (parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):
+    if not out.exists() and (parent is None or not parent.is_dir() or not inputs.can_make_folder_in(parent)):
         raise UsageError(f"OUT {shown}: cannot make the folder there ({parent} is not a folder this user may write)")
+
+
+def check_source(source: str) -> None:
+    """SOURCE is 'digits' or an existing folder (checked before any framework's worker starts)."""
+    if source != "digits" and (not source.strip() or not os.path.isdir(source)):  # False for a name too long, too
+        raise UsageError(f"SOURCE {source!r} is neither 'digits' nor a folder")
 
 
 Writer = Callable[[list[Example], str], tuple[list[str], list[tuple[str, int]]]]
@@ -241,13 +251,14 @@ def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
     os.replace(tmp, out / MANIFEST)
 
 
-def load(folder: str | Path, validate: bool = True) -> dict[str, Any]:
-    """A converted dataset's manifest, with ``root`` (absolute folder) added; UsageError if not one.
-    A worker reads it without validating (the host did, before it started; a worker's environment
-    has no schema validator)."""
+def load(folder: str | Path, validate: bool = True, what: str = "dataset") -> dict[str, Any]:
+    """A converted dataset's manifest, with ``root`` (absolute folder) added; UsageError naming
+    ``what`` (the flag that gave it) if not one. A worker reads it without validating (the host
+    did, before it started; a worker's environment has no schema validator)."""
     path = Path(folder) / MANIFEST
-    if not path.is_file():
-        raise UsageError(f"{folder}: not a converted dataset (no {MANIFEST}); run `accelbench data SOURCE {folder}`")
+    if not str(folder).strip() or not path.is_file():
+        shown = inputs.shown_path(folder)
+        raise UsageError(f"{what} {shown}: not a converted dataset (no {MANIFEST}); run `accelbench data SOURCE {shown}`")
     manifest = inputs.read_json(path, "dataset manifest")
     if validate:
         validation.validate_or_raise("dataset", manifest, what=f"dataset manifest {path}")

@@ -16,6 +16,7 @@ replaced its methods: kept as history, never shown as today's figures.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +64,7 @@ class EvidenceFile:
 def load(folder: str | Path) -> list[EvidenceFile]:
     """Every ``*.json`` under ``folder`` (sorted by path), checked as evidence."""
     root = Path(folder)
-    if not root.is_dir():
+    if not os.path.isdir(root):  # False, not an error, for a name too long
         raise EvidenceError(f"{root}: not a folder of results files")
     paths = sorted(root.rglob("*.json"))
     if not paths:

@@ -66,7 +66,7 @@ def parse_json(text: str, what: str) -> Any:
 
 
 def read_json(path: str | Path, what: str = "file") -> Any:
-    return parse_json(read_text(path, what), f"{what} {path}")
+    return parse_json(read_text(path, what), f"{what} {shown_path(path)}")
 
 
 def check_finite(data: Any, what: str, where: str = "$") -> None:
@@ -118,6 +118,15 @@ class Timeout(FiniteFloat):
 TIMEOUT = Timeout()
 
 
+def can_make_folder_in(parent: Path) -> bool:
+    """Tried, not asked: ``os.access`` says yes to root in /proc or on a read-only mount."""
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".accelbench-try-"))
+    except OSError:
+        return False
+    return True
+
+
 def check_output(path: Path, force: bool) -> None:
     """Check ``-o PATH`` before any worker starts.
 
@@ -144,14 +153,18 @@ def check_output(path: Path, force: bool) -> None:
 
 
 def _check_folder(folder: Path) -> None:
-    """The folder exists (or can be made) and a file can be created in it."""
+    """The folder exists and a file can be created in it, or it can be made (tried, then removed:
+    a refusal leaves nothing behind, not even an empty folder; the writer makes it)."""
     existing = folder
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise UsageError(f"-o: {existing} is a file, so no folder can be made under it")
+    if existing != folder:
+        if not can_make_folder_in(existing):
+            raise UsageError(f"-o: cannot write in {folder}: cannot make a folder in {existing}")
+        return
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:

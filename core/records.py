@@ -671,12 +671,12 @@ def _canonical(record: Record) -> str:
     return json.dumps(record.to_json(), sort_keys=True)
 
 
-def read_json(path: str | Path) -> Any:
-    """A JSON document; UsageError naming the file when it is unreadable, not UTF-8 or not strict
-    JSON (NaN and Infinity are not JSON)."""
+def read_json(path: str | Path, what: str = "results file") -> Any:
+    """A JSON document; UsageError naming ``what`` and the file when it is unreadable, not UTF-8 or
+    not strict JSON (NaN and Infinity are not JSON)."""
     from . import inputs
 
-    return inputs.read_json(path, "file")
+    return inputs.read_json(path, what)
 
 
 def read_document(path: str | Path) -> ResultsDocument:

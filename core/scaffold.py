@@ -14,6 +14,7 @@ import keyword
 import re
 from pathlib import Path
 
+from . import inputs
 from .api import PLUGIN_API
 from .errors import UsageError
 
@@ -33,6 +34,9 @@ def write(name: str, folder: Path, framework: str | None = None) -> list[Path]:
         raise UsageError(f"new-plugin: --framework must be a distribution name, got {framework!r}")
     if folder.exists():
         raise UsageError(f"new-plugin: {folder} already exists")
+    parent = next((p for p in folder.absolute().parents if p.exists()), None)
+    if parent is None or not parent.is_dir() or not inputs.can_make_folder_in(parent):
+        raise UsageError(f"new-plugin --dir {inputs.shown_path(folder)}: cannot make the folder there")
     package = f"accelbench_{name}"
     files = {
         folder / "pyproject.toml": _pyproject(name, package),

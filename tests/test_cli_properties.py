@@ -64,6 +64,8 @@ BASE = {
 }
 #: commands whose valid runs install packages from the registry: only their refusals are tried
 SKIPPED = {"env create"}
+#: examples a command is given per run; a hostile pass of your own: ACCELBENCH_HOSTILE_EXAMPLES=300 pytest this file
+EXAMPLES = int(os.environ.get("ACCELBENCH_HOSTILE_EXAMPLES", "12"))
 #: seconds an invocation may take before it counts as a hang
 BOUND_S = 90
 EXIT_CODES = {0, 1, 2, 3}
@@ -160,7 +162,7 @@ def in_a_folder(tmp_path, monkeypatch, testplugins_path):
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_ends_cleanly_whatever_it_is_given(name, in_a_folder, capsys):
     @settings(
-        max_examples=12,
+        max_examples=EXAMPLES,
         deadline=None,
         database=DirectoryBasedExampleDatabase(Path(__file__).parent / "hypothesis"),
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -135,6 +135,18 @@ BAD_INPUTS = [
         "--rank 2 with --local-workers 3 runs ranks up to 4, beyond the job's 4 workers",
     ),
     (["env", "remove", "0123456789abcdef"], "env remove: no environment has the key '0123456789abcdef'"),
+    # found by the hypothesis test of every command: refusals that named a file but not its flag, and tracebacks
+    (["run", *SLEEPY, "--config", "0"], "--config 0: No such file or directory"),
+    (["run", *SLEEPY, "--config", "{tmp}/bench.json"], "bench.json: 'accelbench', 'benchmarks' are not run fields"),
+    (["run", *SLEEPY, "--price", "0"], "--price '0' is not in the catalogue"),
+    (["run", *SLEEPY, "--prices", "0"], "--prices 0: No such file or directory"),
+    (["rerun", "0"], "results file 0: No such file or directory"),
+    (["train", "--data", " "], "--data ' ': not a converted dataset"),
+    (["data", "", "{tmp}/out"], "SOURCE '' is neither 'digits' nor a folder"),
+    (["data", "digits", "/proc/nope/out"], "OUT '/proc/nope/out': cannot make the folder there"),
+    (["new-plugin", "mine", "--dir", "/proc/nope/mine"], "new-plugin --dir /proc/nope/mine: cannot make the folder there"),
+    (["report", "--evidence", "x" * 3000, "--markdown"], "not a folder of results files"),
+    (["compare", "x" * 3000], "File name too long"),
 ]
 
 
