@@ -45,7 +45,7 @@ from .stats import BOOTSTRAP_RESAMPLES
 
 EXIT_CODES = {"within": 0, "outside": 1, "undecided": 3, "ahead": 0, "not behind": 0, "behind": 1}
 PAIRED_ANALYSIS = "paired rounds (t-interval on log-ratios, order effect removed)"
-LOCKSTEP_ANALYSIS = "lockstep pairs of processes (t-interval on the pairs' log-ratios, order effect removed)"
+LOCKSTEP_ANALYSIS = "lockstep pairs of processes (t-interval on the pairs' log-ratios; the order is balanced inside each pair)"
 UNPAIRED_ANALYSIS = "unpaired trials (Welch t-interval on log-rates)"
 PAIRED_KINDS = ("interleaved", "lockstep")
 

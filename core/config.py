@@ -278,7 +278,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"{what}: must hold an object of run fields, not {type(data).__name__}")
     unknown = sorted(set(data) - {f.name for f in dataclasses.fields(RunConfig)})
     if unknown:  # a results file given as a config, or a typo: said here, not as "additional properties at $"
-        raise UsageError(f"{what}: {', '.join(map(repr, unknown))} {'is not a run field' if len(unknown) == 1 else 'are not run fields'}")
+        verb = "is not a run field" if len(unknown) == 1 else "are not run fields"
+        raise UsageError(f"{what}: {', '.join(map(repr, unknown))} {verb}")
     inputs.check_finite(data, what)
     return data
 

@@ -22,6 +22,17 @@ def pytest_report_header(config):
     return f"machine: {cpu_model()}, {len(os.sched_getaffinity(0))} CPUs, {bf16}"
 
 
+#: markers that name one framework; each implies ``framework``, so that the fast subset,
+#: ``pytest -m "not framework and not slow"``, leaves every test that starts one out
+FRAMEWORK_MARKERS = ("tf", "mxnet", "torch", "jax")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if any(item.get_closest_marker(name) for name in FRAMEWORK_MARKERS):
+            item.add_marker(pytest.mark.framework)
+
+
 @pytest.fixture(autouse=True)
 def _temporary_files_kept_by_pytest(tmp_path_factory, monkeypatch):
     """The host's and the workers' temporary files (a failed worker's log, which its record names

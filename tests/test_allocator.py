@@ -50,6 +50,7 @@ def allocator_of_run(accelbench_cli, tmp_path, *args) -> str:
     return record["settings"]["allocator"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD and /proc are Linux's")
 def test_the_record_names_the_allocator_each_worker_has_mapped(accelbench_cli, tmp_path):
     # the test backend declares no allocator of its own: auto is the system's
@@ -221,6 +222,7 @@ def held_memory_run(accelbench_cli, tmp_path, huge_pages: str) -> dict:
     return record
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     allocators.thp_mode() != "madvise" or allocators.huge_pages_problem("system") is not None,
     reason="needs a kernel whose THP mode is madvise (always backs every mapping) and glibc >= 2.35",

@@ -52,6 +52,7 @@ def five_trials(testplugins_path):
 
 
 # 2% from each edge of the 3% band: a verdict on the edge is the fixed-interval test's below
+@pytest.mark.slow
 @pytest.mark.parametrize("scale, expected", [(1.00, "within"), (1.01, "within"), (1.05, "outside"), (0.95, "outside")])
 def test_verdicts_on_known_ratios(five_trials, scale, expected):
     # the other side's trials take `scale` times as long, so base / other = scale; two separate
@@ -67,6 +68,7 @@ def test_verdicts_on_known_ratios(five_trials, scale, expected):
     assert result.analysis == UNPAIRED_ANALYSIS
 
 
+@pytest.mark.slow
 def test_measured_runs_of_known_speed_compare_at_their_ratio():
     # end to end through the host's timing: 25% apart is far beyond what a loaded machine moves
     base = sleepy_record(trials=3, steps=10, step_ms=20)
@@ -77,6 +79,7 @@ def test_measured_runs_of_known_speed_compare_at_their_ratio():
     assert result.verdict == "outside", (result.ratio, result.ci95)
 
 
+@pytest.mark.slow
 def test_large_noise_is_undecided_never_a_false_within():
     verdicts = []
     for seed in range(3):
@@ -114,6 +117,7 @@ def test_two_trials_a_side_do_not_make_a_narrow_interval(five_trials):
     assert (result.ci95[0] < 0.97 or result.ci95[1] > 1.03) and result.verdict == "undecided", result.ci95
 
 
+@pytest.mark.slow
 def test_trials_are_the_unit_when_there_are_several():
     [result] = compare([Run("a", sleepy_record(trials=3, steps=10)), Run("b", sleepy_record(trials=3, steps=10))], 0.03)
     assert result.samples == "3 vs 3 trials"
@@ -148,6 +152,7 @@ def test_exit_codes_gate_on_the_worst_verdict():
     assert exit_code([result("undecided"), result("outside")]) == 1
 
 
+@pytest.mark.slow
 def test_cli_compare_two_files_json_and_exit_code(accelbench_cli, tmp_path):
     # 20 ms steps and 25% apart: preemption on a loaded CI machine left the verdict undecided at
     # 5 ms steps 5% apart, and at 20 ms 10% apart (one trial of three 8% slow on a 2-core Zen 3

@@ -95,6 +95,7 @@ def good_record(accelbench_cli, tmp_path):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -95,6 +95,7 @@ def test_a_bad_catalogue_entry_is_refused_naming_the_field(tmp_path, accelbench_
     assert result.returncode == 2
 
 
+@pytest.mark.slow
 def test_sweep_run_then_report(accelbench_cli, tmp_path):
     results = tmp_path / "sweep.json"
     done = accelbench_cli(
@@ -154,6 +155,7 @@ def test_sweep_figure_has_one_point_per_record():
         assert all(float(text) > 0 for text in texts)
 
 
+@pytest.mark.slow
 def test_report_shows_the_comparison_and_groups_workloads(accelbench_cli, tmp_path):
     import html5lib
 

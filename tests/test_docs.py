@@ -92,6 +92,7 @@ def build(site, out):
     )
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly_with_every_generated_part(tmp_path):
     done = build(copy_of_the_site(tmp_path), tmp_path / "site")
     assert done.returncode == 0, done.stderr[-3000:]

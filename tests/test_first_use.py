@@ -48,6 +48,7 @@ def at_once(target, args_of, count: int) -> list[tuple[str, object]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [2, 4])
 def test_processes_that_need_the_digits_at_once_make_them_once(tmp_path, count):
     cache = tmp_path / "datasets"

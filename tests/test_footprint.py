@@ -51,6 +51,7 @@ def run_sleepy(accelbench_cli, tmp_path, *options, trials="2", schedule=None, ex
     return load_records(out), done
 
 
+@pytest.mark.slow
 def test_the_record_holds_the_memory_the_worker_held_and_the_device_peak_the_framework_reported(accelbench_cli, tmp_path):
     [record], _ = run_sleepy(accelbench_cli, tmp_path, "hold_mb=300", "device_bytes=123456789")
     memory = record["memory"]
@@ -62,6 +63,7 @@ def test_the_record_holds_the_memory_the_worker_held_and_the_device_peak_the_fra
         assert trial["process"]["peak_resident_bytes"] >= 300 * MIB
 
 
+@pytest.mark.slow
 def test_a_framework_that_says_nothing_of_its_device_gets_the_reason_not_a_figure(accelbench_cli, tmp_path):
     [record], done = run_sleepy(accelbench_cli, tmp_path)
     assert record["memory"]["device_peak_bytes"] is None
@@ -81,6 +83,7 @@ def test_a_broken_device_report_is_a_missing_figure_with_its_reason_not_a_failed
     assert _device_memory(Wrong()).peak_bytes is None and "must return accelbench.DeviceMemory" in _device_memory(Wrong()).reason
 
 
+@pytest.mark.slow
 def test_without_energy_counters_the_record_says_why_and_the_table_says_it_once(accelbench_cli, tmp_path, monkeypatch):
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(tmp_path / "no-powercap"))
     [record], done = run_sleepy(accelbench_cli, tmp_path)
@@ -94,6 +97,7 @@ def test_without_energy_counters_the_record_says_why_and_the_table_says_it_once(
     assert done.stdout.count("no energy figure (J/image): no RAPL/powercap interface") == 1
 
 
+@pytest.mark.slow
 def test_joules_come_from_the_counters_advance_over_the_timed_steps_across_a_wrap(accelbench_cli, tmp_path, monkeypatch):
     # 2 trials x 10 timed steps x 0.25 J; the counter starts 1 J below its range, so it wraps
     root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 9_000_000, 10_000_000)})
@@ -108,6 +112,7 @@ def test_joules_come_from_the_counters_advance_over_the_timed_steps_across_a_wra
     assert spent["source"].startswith("RAPL intel-rapl:0 package-0")
 
 
+@pytest.mark.slow
 def test_lockstep_counts_the_energy_of_the_counted_blocks_only(accelbench_cli, tmp_path, monkeypatch):
     root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 0, 10**12)})
     monkeypatch.setenv(energy.POWERCAP_ROOT_VARIABLE, str(root))
@@ -172,6 +177,7 @@ def test_an_unreadable_counter_is_named_in_the_reason(tmp_path, monkeypatch):
     assert used.joules is None and used.reason.startswith("RAPL zones intel-rapl:0 not readable")
 
 
+@pytest.mark.slow
 def test_start_up_counts_from_the_workers_start_through_prepare_to_the_first_steps_end(accelbench_cli, tmp_path):
     [record], done = run_sleepy(accelbench_cli, tmp_path, "prepare_s=1.5", "slow_first=1")
     for trial in record["trials"]:
@@ -245,6 +251,7 @@ def test_nvml_counts_each_visible_gpus_total_energy_in_millijoules(monkeypatch, 
     assert used.source.startswith("NVML GPU 0, NVML GPU 2: whole devices") and "RAPL/powercap" in used.source
 
 
+@pytest.mark.slow
 def test_price_per_kwh_prices_the_measured_energy_and_the_report_shows_it_beside_start_up_and_memory(
     accelbench_cli, tmp_path, monkeypatch
 ):

@@ -146,6 +146,7 @@ def test_bad_steps_and_reference_sizes_are_refused(args, message):
     assert result.returncode == 2 and message in result.stderr
 
 
+@pytest.mark.slow
 def test_a_dry_run_brings_back_validated_records_and_a_summary(testplugins_path, tmp_path):
     result = run_script(
         "--out",
@@ -360,6 +361,7 @@ def test_a_levers_line_is_its_speed_over_the_plugin_as_shipped(check, a, ratio, 
     assert (line.ci95 is None) if want_ci is None else line.ci95 == pytest.approx(want_ci)
 
 
+@pytest.mark.slow
 def test_a_dry_run_of_the_levers_step_decides_a_lever_and_tables_it(testplugins_path, tmp_path):
     """Steps twice as fast with the lever: two pairs (one degree of freedom) decide it even where the
     pairs' ratios differ by several percent on a noisy machine."""
@@ -405,6 +407,7 @@ def test_a_kernel_is_filed_under_its_category_by_its_name(name, expected):
     assert module.category(name) == expected
 
 
+@pytest.mark.framework
 def test_the_torch_profile_sums_a_steps_time_by_category_at_each_precision(tmp_path):
     pytest.importorskip("torch")
     done = subprocess.run(

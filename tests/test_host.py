@@ -47,6 +47,7 @@ def test_allow_list_restricts_loaded_plugins(accelbench_cli):
     assert {p["name"] for p in json.loads(result.stdout)} == {"sleepy", "tf_benchmarks"}
 
 
+@pytest.mark.slow
 def test_thirdparty_images_per_sec_matches_true_step_time(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
     result = accelbench_cli(
@@ -77,6 +78,7 @@ def test_thirdparty_images_per_sec_matches_true_step_time(accelbench_cli, tmp_pa
     assert accelbench_cli("validate", str(out)).returncode == 0
 
 
+@pytest.mark.slow
 def test_each_trial_records_what_its_timed_steps_cost_the_worker(accelbench_cli, tmp_path):
     """The sleepy backend's step busy-waits on one thread: the worker's CPU time over the timed
     steps must be their wall time, give or take the scheduler."""
@@ -105,6 +107,7 @@ def test_each_trial_records_what_its_timed_steps_cost_the_worker(accelbench_cli,
     assert trial["process"]["minor_page_faults"] >= 0
 
 
+@pytest.mark.slow
 def test_trials_run_in_separate_processes_and_bootstrap_over_trials(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
     result = accelbench_cli(
@@ -140,6 +143,7 @@ FAILURES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule, phase", [("interleaved", "run"), ("lockstep", "step")])
 def test_every_failure_becomes_a_record_and_other_runs_go_on(accelbench_cli, tmp_path, schedule, phase):
     """In fresh trials and in lockstep pairs alike (where the failing backends fail in their
@@ -178,6 +182,7 @@ def test_every_failure_becomes_a_record_and_other_runs_go_on(accelbench_cli, tmp
     assert accelbench_cli("validate", str(out)).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -52,6 +52,7 @@ def test_a_records_interval_over_trials_covers_the_true_rate(n):
     assert coverage(interval, 10.0, n, seed=n) >= 0.93
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 5, 10])
 def test_an_unpaired_comparison_covers_the_true_ratio(n):
     def interval(rng, n):
@@ -163,6 +164,7 @@ def simulate(truth: float, design: str, seed: int) -> dict[str, float]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truth", [1.0, 1.029, 1.031, 1.05, 0.95])
 @pytest.mark.parametrize("design", ["old", "new"])
 def test_the_sequential_design_decides_wrongly_at_most_5_percent_of_the_time_over_its_looks(design, truth):

@@ -63,6 +63,7 @@ def cpu_hog():
         hog.wait()
 
 
+@pytest.mark.slow
 def test_two_runs_are_compared_in_lockstep_by_default(accelbench_cli, tmp_path):
     records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3")
     schedule = records[0]["schedule"]
@@ -95,6 +96,7 @@ def test_two_runs_are_compared_in_lockstep_by_default(accelbench_cli, tmp_path):
     assert "by pair:" in result.stdout
 
 
+@pytest.mark.slow
 def test_blocks_are_timed_in_the_worker_and_the_idle_side_is_parked(accelbench_cli, tmp_path):
     # 20 ms steps: images/sec is 8 / 0.020 = 400 when the blocks time only the steps (no pipe,
     # no parking); a side that kept running while parked would show CPU time during the other's blocks
@@ -115,6 +117,7 @@ def test_blocks_are_timed_in_the_worker_and_the_idle_side_is_parked(accelbench_c
         assert statistics.median(gaps) < lockstep.SETTLE_S + busy.QUIET_CHECK_S * 0.2 / 2, gaps
 
 
+@pytest.mark.slow
 def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli, tmp_path):
     records, result = lockstep_run(
         accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "120", "--option", "noise=0.02", *drifting()
@@ -126,6 +129,7 @@ def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli,
     assert "stopped: decided" in result.stdout
 
 
+@pytest.mark.slow
 def test_lockstep_decides_where_rounds_in_the_same_time_cannot(accelbench_cli, tmp_path):
     """Identical backends on a machine whose speed swings by 20% every 6 s (a neighbour's load
     coming and going), each process taking 0.5 s to prepare: rounds of fresh processes time their
@@ -200,6 +204,7 @@ def test_lockstep_decides_where_rounds_in_the_same_time_cannot(accelbench_cli, t
     assert compared(rounds).verdict != "within", stop
 
 
+@pytest.mark.slow
 def test_a_true_five_percent_gap_is_outside(accelbench_cli, tmp_path):
     records, _ = lockstep_run(accelbench_cli, tmp_path, "--trials", "4", "--option", "twin_scale=1.05", *drifting())
     comparison = compared(records)
@@ -208,6 +213,7 @@ def test_a_true_five_percent_gap_is_outside(accelbench_cli, tmp_path):
     assert comparison.samples == "4 pairs (lockstep)" and len(comparison.per_unit) == 4
 
 
+@pytest.mark.slow
 def test_a_busy_machine_withholds_the_verdict_and_says_why(accelbench_cli, tmp_path, cpu_hog):
     cpu_hog()
     # a 10% gap that the quiet machine decides at once: beside the hog it must not be decided
@@ -232,6 +238,7 @@ def test_a_busy_machine_withholds_the_verdict_and_says_why(accelbench_cli, tmp_p
     assert "red cross" in (tmp_path / "report" / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_run_that_waits_for_quiet_gives_up_at_its_budget_without_a_verdict(accelbench_cli, tmp_path, cpu_hog):
     cpu_hog()
     started = time.monotonic()
@@ -244,6 +251,7 @@ def test_a_run_that_waits_for_quiet_gives_up_at_its_budget_without_a_verdict(acc
     assert "decided" not in result.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_busy_block_is_run_again_once_the_machine_is_quiet(accelbench_cli, tmp_path):
     """A hog that starts in the middle of one of the twin's blocks (the twin creates a file at its
     30th step, in a block of pair 1; the hog, outside the run, waits for it) and loads
@@ -283,6 +291,7 @@ def test_a_busy_block_is_run_again_once_the_machine_is_quiet(accelbench_cli, tmp
     assert compared(records).busy == ""
 
 
+@pytest.mark.slow
 def test_a_side_that_dies_mid_lockstep_fails_alone_and_the_other_keeps_its_blocks(accelbench_cli, tmp_path):
     # the twin's process exits after 40 steps: in pair 1, after its warm-up and a few blocks
     records, result = lockstep_run(accelbench_cli, tmp_path, "--trials", "3", "--option", "twin_exit_after=40", check=False)
@@ -298,6 +307,7 @@ def test_a_side_that_dies_mid_lockstep_fails_alone_and_the_other_keeps_its_block
     assert records[0]["schedule"]["stop_reason"] == "every trial ran"
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_lockstep_keeps_the_finished_pairs(testplugins_path, tmp_path):
     out = tmp_path / "run.json"
     env = dict(os.environ, PYTHONPATH=str(testplugins_path))
@@ -336,6 +346,7 @@ def test_ctrl_c_mid_lockstep_keeps_the_finished_pairs(testplugins_path, tmp_path
     assert "kept 2 finished record(s)" in stderr
 
 
+@pytest.mark.slow
 def test_the_runs_last_line_and_compare_agree(accelbench_cli, tmp_path):
     records, result = lockstep_run(
         accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "60", "--option", "twin_scale=1.08"
@@ -373,6 +384,7 @@ def test_bad_lockstep_input_is_one_line_and_exit_2(accelbench_cli, tmp_path, arg
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_names_print_verbatim_however_they_look(accelbench_cli, tmp_path):
     """A plugin's names, reasons and warnings are data: ``:b:`` is not an emoji code, ``[bold]`` not
     markup, in any console (this one has both on)."""
@@ -432,6 +444,7 @@ def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_s
     assert moved == min(max(found.blocks, 2), 8)
 
 
+@pytest.mark.slow
 def test_more_than_two_sides_take_turns_round_robin_and_every_pair_is_compared(accelbench_cli, tmp_path):
     # two backends at two batch sizes: four warm workers in each pair of processes
     records, _ = lockstep_run(
@@ -448,6 +461,7 @@ def test_more_than_two_sides_take_turns_round_robin_and_every_pair_is_compared(a
     assert all(r.samples == "2 pairs (lockstep)" and r.ratio == pytest.approx(1.10, rel=0.02) for r in results), results
 
 
+@pytest.mark.slow
 def test_an_adaptive_run_sizes_its_last_pair_to_end_within_its_budget(accelbench_cli, tmp_path):
     # a bound no noisy run meets (0.1%), so only the budget stops it; pairs grow as the rule asks,
     # and the last one is cut to what is left rather than started whole past the budget
@@ -502,6 +516,7 @@ def test_lockstep_is_the_default_where_warm_sides_can_take_turns(devices, worker
     assert _default_schedule(plans, SimpleNamespace(workers=workers, mode=mode)) == expected
 
 
+@pytest.mark.slow
 def test_a_lever_runs_beside_the_backend_as_configured_and_is_compared(accelbench_cli, tmp_path):
     """``--lever``: the backend with the lever's options added runs beside the backend as
     configured, in lockstep (two CPU runs), labelled by its lever; compare decides the lever."""
@@ -520,6 +535,7 @@ def test_a_lever_runs_beside_the_backend_as_configured_and_is_compared(accelbenc
     assert report.run_label(Record.from_json(lever)).endswith(" [lever scale=0.8]")  # its own series in a report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lever, message",
     [
@@ -554,6 +570,7 @@ def test_a_lever_sets_run_fields_that_change_how_not_what_and_options_for_the_re
     assert set(LEVER_FIELDS) == {"allocator", "huge_pages", "threads", "inter_op_threads"}
 
 
+@pytest.mark.slow
 def test_a_seconds_long_step_with_a_quick_start_counts_most_of_the_run(accelbench_cli, tmp_path):
     """1 s steps, 0.2 s to prepare: the sides start at once, warm up until the step time stops
     falling, and take turns in whole-step blocks, so that most of the run is counted steps."""
@@ -573,6 +590,7 @@ def test_a_seconds_long_step_with_a_quick_start_counts_most_of_the_run(accelbenc
     assert "counted" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_true_five_percent_gap_is_decided_outside(accelbench_cli, tmp_path):
     records, result = lockstep_run(
         accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "90", "--option", "noise=0.02",

@@ -60,6 +60,7 @@ def test_local_plans_use_loopback_and_free_ports(tmp_path):
         assert env["DMLC_NUM_WORKER"] == "2" and env["DMLC_NUM_SERVER"] == "1"
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("plugin", BACKENDS)
 def test_two_workers_merge_into_one_record_with_identical_weights(plugin, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the host makes the job's scratch directory
@@ -85,6 +86,7 @@ def test_two_workers_merge_into_one_record_with_identical_weights(plugin, tmp_pa
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []  # no directory of the job's left behind
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("plugin", [p for p in BACKENDS if p.values[0] == "torch_ref"])
 def test_a_jobs_scratch_directory_goes_with_its_trial_even_a_failed_one(plugin, tmp_path, monkeypatch):
     # a killed PyTorch worker leaves its rendezvous file behind; the host removes the directory anyway
@@ -125,6 +127,7 @@ def _interfaces(pid: int) -> set[str]:
         return {line.split(":")[0].strip() for line in fh.readlines()[2:]}
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("plugin", BACKENDS)
 def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin, tmp_path):
     """TensorFlow's gRPC server binds 0.0.0.0 whatever TF_CONFIG says; in the run's private
@@ -163,6 +166,7 @@ def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin, tmp_path
         assert not exposed or interfaces == {"lo"}, (exposed, interfaces)
 
 
+@pytest.mark.framework
 @pytest.mark.skipif(not HAS["tf_benchmarks"], reason="TensorFlow missing")
 def test_tensorflow_two_workers_survive_a_cpu_hog():
     """Both workers saturating the cores beside a busy loop once missed TensorFlow's 10 s
@@ -202,6 +206,7 @@ def _alive(pid: int) -> bool:
         return fh.read().split()[2] != "Z"
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("plugin", BACKENDS)
 def test_a_killed_worker_fails_the_run_fast_and_leaves_no_process(plugin, tmp_path):
     [ref] = PluginHost().select([plugin])
@@ -258,6 +263,7 @@ def test_a_backend_without_an_engine_is_unavailable_for_several_workers(testplug
     assert record["status"] == "unavailable" and "no multi-worker engine" in record["reason"]
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("plugin", BACKENDS)
 def test_cluster_ranks_started_separately_then_merged(plugin, accelbench_cli, tmp_path):
     """What a cluster scheduler does, on loopback: one `accelbench worker` per rank, then merge."""

@@ -31,6 +31,7 @@ def toy_cli(openworld_path, tmp_path):
     return run
 
 
+@pytest.mark.slow
 def test_a_model_variant_and_precision_of_its_own(toy_cli, tmp_path):
     out = tmp_path / "r.json"
     done = toy_cli("run", "--plugin", "toy", "--model", "mlp", "--variant", "wide", "--precision", "fp64", *TINY, "-o", str(out))
@@ -48,6 +49,7 @@ def test_a_model_variant_and_precision_of_its_own(toy_cli, tmp_path):
     assert toy_cli("validate", str(out)).returncode == 0
 
 
+@pytest.mark.slow
 def test_defaults_come_from_the_backend_and_a_model_without_variants_has_none(toy_cli, tmp_path):
     first, linear = tmp_path / "first.json", tmp_path / "linear.json"
     assert toy_cli("run", "--plugin", "toy", *TINY, "-o", str(first)).returncode == 0
@@ -80,6 +82,7 @@ def test_a_request_the_backend_does_not_offer_is_one_line_listing_what_it_does(t
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_two_workers_on_the_plugins_own_engine(toy_cli, tmp_path):
     out = tmp_path / "r.json"
     done = toy_cli(
@@ -126,6 +129,7 @@ def test_broken_plugins_are_listed_with_their_errors_and_never_stop_the_others(t
     assert listing["toy"]["error"] == "" and listing["toy"]["backends"][0]["engine"] == "toy_allreduce"
 
 
+@pytest.mark.slow
 def test_a_contract_breach_in_a_run_is_a_failed_record_and_the_next_backend_runs(toy_cli, tmp_path):
     out = tmp_path / "r.json"
     done = toy_cli(
@@ -175,6 +179,7 @@ def test_core_and_schemas_name_no_framework_and_no_engine(pattern):
     assert found == []
 
 
+@pytest.mark.slow
 def test_a_measured_peak_gives_every_later_record_its_utilisation(toy_cli, tmp_path):
     """accelbench peak times the plugin's matrix product in a worker; a later run's record is
     measured against it, on this machine only."""
@@ -212,6 +217,7 @@ def env_cache(tmp_path_factory):
     return {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("envcache"))}
 
 
+@pytest.mark.slow
 def test_a_backend_runs_in_its_own_environment_with_its_own_package_versions(toy_cli, tmp_path, env_cache):
     """The host has six 1.17 (its frameworks' dependency); the backend declares six==1.16.0."""
     from importlib import metadata
@@ -239,6 +245,7 @@ def test_a_backend_runs_in_its_own_environment_with_its_own_package_versions(toy
     assert worker["key"] in listed.stdout and "six==1.16.0" in listed.stdout and "[six 1.16.0]" in listed.stdout
 
 
+@pytest.mark.slow
 def test_an_environment_that_cannot_be_made_is_unavailable_with_the_installers_reason(toy_cli, tmp_path, env_cache):
     done = toy_cli(
         "run",
@@ -266,6 +273,7 @@ def test_an_environment_that_cannot_be_made_is_unavailable_with_the_installers_r
     assert not list(env_root.glob("*.partial"))
 
 
+@pytest.mark.slow
 def test_an_env_matrix_gives_one_record_per_version_and_compare_pairs_them(toy_cli, tmp_path, env_cache):
     done = toy_cli(
         "run",
@@ -296,6 +304,7 @@ def test_an_env_matrix_gives_one_record_per_version_and_compare_pairs_them(toy_c
     assert pair["samples"] == "3 pairs (lockstep)"
 
 
+@pytest.mark.slow
 def test_run_with_peak_measures_the_frameworks_peak_first_and_the_record_carries_its_utilisation(toy_cli, tmp_path):
     out, cache = tmp_path / "r.json", tmp_path / "cache"
     fresh = toy_cli("run", "--plugin", "toy", *TINY, "-o", str(tmp_path / "before.json"), env={"XDG_CACHE_HOME": str(cache)})
@@ -353,6 +362,7 @@ def assert_names_what_its_worker_read(record: dict) -> None:
         assert environment["packages"][name] == version
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", WORKER_PATHS)
 def test_every_path_records_the_packages_and_lock_its_worker_read(path, toy_cli, openworld_path, tmp_path, env_cache):
     out = tmp_path / "r.json"

@@ -21,6 +21,7 @@ def _ref(plugin):
     return ref
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("plugin", FRAMEWORKS)
 def test_each_framework_measures_its_fp32_peak_on_the_cpu(plugin):
     outcome = peak_measure.measure(_ref(plugin), "fp32", "cpu", size=256, repeats=2)

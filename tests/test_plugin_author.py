@@ -104,6 +104,7 @@ def env_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("envcache")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["editable", "wheel"])
 def test_a_third_party_plugin_runs_in_its_own_environment_with_its_own_distribution(how, tmp_path, env_cache):
     source = probe_source(tmp_path / "src")
@@ -210,6 +211,7 @@ def test_how_the_plugins_distribution_is_installed_follows_the_host(tmp_path):
     assert envs.plugin_install_args(metadata.distribution("accelbench")) == ()  # the built-ins ship inside
 
 
+@pytest.mark.slow
 def test_a_plugin_whose_distribution_cannot_be_installed_is_unavailable_with_the_reason(tmp_path, env_cache):
     source = probe_source(tmp_path / "src")
     target = tmp_path / "site"
@@ -332,6 +334,7 @@ def test_the_scaffold_refuses_a_bad_name_and_an_existing_folder(tmp_path):
     assert "environment=('someframework',)" in module and "requires=('someframework',)" in module
 
 
+@pytest.mark.slow
 def test_the_scaffolds_plugin_installs_passes_its_tests_and_runs(tmp_path, accelbench_cli):
     """`accelbench new-plugin`, then in a fresh virtual environment (sharing the session's
     installed packages through a .pth file, so nothing is downloaded): `pip install -e .`,

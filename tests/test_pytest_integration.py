@@ -23,6 +23,7 @@ def run_pytest(testplugins_path, tmp_path, *args):
     )
 
 
+@pytest.mark.slow
 def test_benchmark_json_holds_valid_records_with_true_throughput(testplugins_path, tmp_path):
     out = tmp_path / "out.json"
     result = run_pytest(
@@ -63,6 +64,7 @@ def test_benchmark_json_holds_valid_records_with_true_throughput(testplugins_pat
     assert {"global_batch", "per_device_batch", "precision", "framework", "device"} <= set(bench["extra_info"])
 
 
+@pytest.mark.framework
 @pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reason="MXNet not installed")
 def test_benchmark_module_on_a_real_framework_then_compare(testplugins_path, tmp_path, accelbench_cli):
     outs = []
@@ -106,6 +108,7 @@ def test_contract_passes_for_a_good_backend_and_catches_an_async_step(testplugin
         contract.step_syncs("misbehaving:async-step", timed_steps=20)
 
 
+@pytest.mark.slow
 def test_the_contract_catches_work_that_spills_past_its_step(testplugins_path, monkeypatch):
     """Back to back a spilling step looks synced (each waits for the last one's work), so the
     step-time check passes it; a step after an idle pause returns early, and that is caught."""
@@ -121,6 +124,7 @@ def test_the_contract_catches_work_that_spills_past_its_step(testplugins_path, m
         contract.record_validates("misbehaving:raises")
 
 
+@pytest.mark.framework
 @pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reason="MXNet not installed")
 def test_contract_holds_for_mxnet_ngc(accelbench_contract):
     accelbench_contract.describes_without_framework("mxnet_ngc:resnet50")

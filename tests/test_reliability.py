@@ -150,6 +150,7 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", BAD_INPUTS, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_INPUTS])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(accelbench_cli, files, args, message):
     before = {p: p.stat().st_mtime_ns for p in files.rglob("*")}
@@ -179,6 +180,7 @@ def test_report_out_in_an_unwritable_place(accelbench_cli, tmp_path):
     assert result.returncode == 2 and result.stderr.startswith("error: --out /proc/nope/report: cannot write there")
 
 
+@pytest.mark.slow
 def test_a_dollar_in_a_plugin_name_is_plain_text_in_the_report(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
     assert accelbench_cli("run", *SLEEPY, "-o", str(out)).returncode == 0
@@ -190,6 +192,7 @@ def test_a_dollar_in_a_plugin_name_is_plain_text_in_the_report(accelbench_cli, t
     assert "price$plugin" in (tmp_path / "rep" / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_results_files_are_appended_to_or_replaced_with_force(accelbench_cli, tmp_path):
     out = tmp_path / "r.json"
     for _ in range(2):
@@ -221,6 +224,7 @@ def test_nan_is_never_written_and_validate_refuses_it(accelbench_cli, tmp_path):
     assert lines[2] == f"{out}: ok (1 record)"  # every file is checked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_stops_the_workers_and_keeps_finished_records(testplugins_path, tmp_path, signum):
     host, out, workers = start_with_a_hang(testplugins_path, tmp_path)
@@ -261,6 +265,7 @@ def test_a_corrupt_image_is_refused_by_name_before_conversion(accelbench_cli, tm
     assert result.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_worker_growing_past_its_memory_limit_is_stopped_with_a_record(accelbench_cli, tmp_path):
     """Resident memory of the worker, watched by the host (train mode has a default limit)."""
     out = tmp_path / "r.json"
@@ -288,6 +293,7 @@ def test_a_worker_growing_past_its_memory_limit_is_stopped_with_a_record(accelbe
     assert sleepy["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_concurrent_runs_on_one_results_file_keep_every_record(accelbench_cli, tmp_path):
     """Four runs writing one file at once (two teammates, an array job): each rewrites the file
     after every trial, so without the lock and the merge the last writer's records alone were left."""
@@ -357,6 +363,7 @@ def test_two_writers_merge_and_each_replaces_only_its_own_records(tmp_path):
     assert json.loads(shared.read_text())["records"] == [a1.to_json()]
 
 
+@pytest.mark.slow
 def test_a_results_file_read_into_records_and_written_again_is_byte_identical(accelbench_cli, tmp_path):
     """The typed records are the file: a lockstep run's results (trials with blocks and positions,
     a schedule, an environment, memory, start-up, a cost) read with ``Record.from_json`` and

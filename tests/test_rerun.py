@@ -51,6 +51,7 @@ def sweep(made_once, tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_a_rerun_runs_the_same_configurations_and_compares_then_with_now(accelbench_cli, made_once, tmp_path):
     then = sweep(made_once, tmp_path)
     done = accelbench_cli("rerun", str(then), "-o", str(tmp_path / "now.json"))
@@ -64,6 +65,7 @@ def test_a_rerun_runs_the_same_configurations_and_compares_then_with_now(accelbe
     assert after[0]["environment"]["lock"] == before[0]["environment"]["lock"]
 
 
+@pytest.mark.slow
 def test_rerun_names_what_changed_in_the_lock_and_the_machine(accelbench_cli, made_once, tmp_path):
     then = sweep(made_once, tmp_path)
     document = json.loads(then.read_text())
@@ -105,6 +107,7 @@ def test_a_record_named_by_no_hash_is_refused_in_one_line(accelbench_cli, made_o
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "now.json").exists()
 
 
+@pytest.mark.slow
 def test_a_sweeps_machine_differences_print_once(accelbench_cli, made_once, tmp_path):
     then = sweep(made_once, tmp_path)
     document = json.loads(then.read_text())

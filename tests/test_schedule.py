@@ -91,6 +91,7 @@ def test_paired_ratio_removes_the_order_effect_of_alternating_rounds():
     assert estimate.ci95[0] < estimate.ratio < estimate.ci95[1] and estimate.ci95[1] - estimate.ci95[0] < 0.03
 
 
+@pytest.mark.slow
 def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli, tmp_path):
     records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", *drifting())
     assert {r["schedule"]["run_id"] for r in records} == {records[0]["schedule"]["run_id"]}
@@ -109,6 +110,7 @@ def test_identical_backends_on_a_drifting_machine_compare_within(accelbench_cli,
     assert result.verdict == "within", result
 
 
+@pytest.mark.slow
 def test_the_sequential_schedule_puts_the_drift_into_the_ratio(accelbench_cli, tmp_path):
     # the old order: all of A's trials, then all of B's; B ran later on a slower machine
     records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", "--schedule", "sequential", *drifting())
@@ -118,6 +120,7 @@ def test_the_sequential_schedule_puts_the_drift_into_the_ratio(accelbench_cli, t
     assert result.verdict != "within"
 
 
+@pytest.mark.slow
 def test_a_backend_five_percent_slower_is_outside(accelbench_cli, tmp_path):
     records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", "--option", "twin_scale=1.05", *drifting())
     result = paired(records)
@@ -125,6 +128,7 @@ def test_a_backend_five_percent_slower_is_outside(accelbench_cli, tmp_path):
     assert result.verdict == "outside", result
 
 
+@pytest.mark.slow
 def test_heavy_noise_never_gives_a_false_within(accelbench_cli, tmp_path):
     # the twin is 6% slower, outside the 3% tolerance: "within" would be false. (A true ratio inside
     # the tolerance, as 1.02 once was here, makes "within" correct, and 4 noisy rounds leave an
@@ -135,6 +139,7 @@ def test_heavy_noise_never_gives_a_false_within(accelbench_cli, tmp_path):
     assert paired(records).verdict in ("undecided", "outside")
 
 
+@pytest.mark.slow
 def test_one_trial_per_side_is_never_decided(accelbench_cli, tmp_path):
     records, _ = twin_run(accelbench_cli, tmp_path, "--option", "twin_scale=1.10")
     result = paired(records)
@@ -145,6 +150,7 @@ def test_one_trial_per_side_is_never_decided(accelbench_cli, tmp_path):
     assert result.verdict == "undecided" and "one trial per side" in result.note
 
 
+@pytest.mark.slow
 def test_until_decided_stops_as_soon_as_the_answer_is_known(accelbench_cli, tmp_path):
     records, result = twin_run(
         accelbench_cli, tmp_path, "--until-decided", "3%", "--max-time", "120", "--option", "twin_scale=1.10"
@@ -163,6 +169,7 @@ def test_until_decided_stops_as_soon_as_the_answer_is_known(accelbench_cli, tmp_
     assert "stopped: decided" in result.stdout and "outside" in result.stdout
 
 
+@pytest.mark.slow
 def test_until_decided_respects_the_time_budget(accelbench_cli, tmp_path):
     started = time.monotonic()
     # the first look comes after --trials rounds: 1000 cannot fit in 4 s, so only the budget can
@@ -177,6 +184,7 @@ def test_until_decided_respects_the_time_budget(accelbench_cli, tmp_path):
     assert block["rounds"] >= 2
 
 
+@pytest.mark.slow
 def test_until_halfwidth_reaches_the_requested_precision(accelbench_cli, tmp_path):
     records, _ = twin_run(accelbench_cli, tmp_path, "--until-halfwidth", "2%", "--max-time", "60", "--option", "noise=0.03")
     assert records[0]["schedule"]["stop_reason"].startswith("precise: ")
@@ -184,6 +192,7 @@ def test_until_halfwidth_reaches_the_requested_precision(accelbench_cli, tmp_pat
     assert max(result.ratio - result.ci95[0], result.ci95[1] - result.ratio) / result.ratio <= 0.02
 
 
+@pytest.mark.slow
 def test_a_drifting_run_warns_of_its_trend(accelbench_cli, tmp_path):
     records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", *drifting(0.2))
     trend = records[0]["throughput"]["trend"]
@@ -207,6 +216,7 @@ def test_only_a_significant_drift_of_at_least_one_percent_warns(rates, warned):
         assert found.change_over_run == pytest.approx((rates[-1] - rates[0]) / np.mean(rates), rel=0.3)
 
 
+@pytest.mark.slow
 def test_cli_compare_reads_the_pairing_from_one_file(accelbench_cli, tmp_path):
     # 4 rounds, not 3: the order correction leaves 3 rounds one degree of freedom (t = 12.7), so a
     # 1% wobble on a shared machine could leave even a 10% gap undecided
@@ -219,6 +229,7 @@ def test_cli_compare_reads_the_pairing_from_one_file(accelbench_cli, tmp_path):
     assert comparison["ratio"] == pytest.approx(1.10, rel=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -37,6 +37,7 @@ def fixture(version: str) -> Path:
     return FIXTURES / f"records-{version}.json"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", VERSIONS)
 def test_each_earlier_version_validates_under_the_current_schema(version, accelbench_cli):
     document = json.loads(fixture(version).read_text())
@@ -47,6 +48,7 @@ def test_each_earlier_version_validates_under_the_current_schema(version, accelb
     assert done.returncode == 0 and done.stdout.strip().endswith("ok (2 records)"), done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", VERSIONS[:-1])
 def test_each_earlier_version_compares_with_the_latest(version, accelbench_cli):
     done = accelbench_cli("compare", str(fixture(version)), str(fixture(VERSIONS[-1])), "--json")
@@ -58,6 +60,7 @@ def test_each_earlier_version_compares_with_the_latest(version, accelbench_cli):
         assert c["ratio"] == pytest.approx(1.0, abs=0.05)
 
 
+@pytest.mark.slow
 def test_every_version_reports_together(accelbench_cli, tmp_path):
     out = tmp_path / "report"
     done = accelbench_cli("report", *map(str, map(fixture, VERSIONS)), "--out", str(out))

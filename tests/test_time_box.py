@@ -27,6 +27,7 @@ def one_record(accelbench_cli, tmp_path, *args):
     return record
 
 
+@pytest.mark.slow
 def test_a_time_box_stops_on_time_and_keeps_the_figure_exact(accelbench_cli, tmp_path):
     record = one_record(accelbench_cli, tmp_path, "--time", "3s", "--option", "step_ms=20")
     tp = record["throughput"]
@@ -38,6 +39,7 @@ def test_a_time_box_stops_on_time_and_keeps_the_figure_exact(accelbench_cli, tmp
     assert steps["timed_rule"] == f"time box 3 s: {steps['timed']} steps"
 
 
+@pytest.mark.slow
 def test_the_stable_warm_up_ends_when_the_step_time_settles(accelbench_cli, tmp_path):
     record = one_record(
         accelbench_cli, tmp_path, "--time", "1s", "--option", "step_ms=10", "--option", "slow_first=4", "--warmup-steps", "20"
@@ -88,6 +90,7 @@ def test_a_time_box_shorter_than_a_step_still_times_two_calls():
     assert result.timed_calls == len(calls) == timing.MIN_TIMED_CALLS
 
 
+@pytest.mark.slow
 def test_a_log_gets_a_line_per_trial_while_the_run_goes(testplugins_path, tmp_path):
     log = tmp_path / "run.log"
     env = {"PYTHONPATH": str(testplugins_path), "PATH": "/usr/bin:/bin"}
@@ -146,6 +149,7 @@ def test_log_lines_report_progress_at_most_every_interval(monkeypatch):
     ]
 
 
+@pytest.mark.slow
 def test_json_and_quiet_are_for_scripts(accelbench_cli, tmp_path):
     result = accelbench_cli("run", "--plugin", "sleepy", "--time", "0.5s", "--json", "-o", str(tmp_path / "j.json"))
     assert result.returncode == 0
@@ -398,6 +402,7 @@ def test_bf16_emulation_is_told_from_what_xla_compiled(operands, platform, flags
     assert emulation_warnings("fp32", platform, operands, "the step's convolutions") == []
 
 
+@pytest.mark.slow
 def test_a_step_of_microseconds_is_timed_in_samples_and_its_record_stays_small(accelbench_cli, tmp_path):
     """#66: a 10 us step in a 10 s time box is timed in samples of whole calls lasting at least
     ``timing.MIN_SAMPLE_S`` (as pyperf calibrates its loops): the record says how many steps a

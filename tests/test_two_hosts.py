@@ -144,6 +144,7 @@ def sockets_stay_inside(namespace: str, port: int, within_s: float = 60) -> bool
     return not listening(port)
 
 
+@pytest.mark.framework
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
 def test_pytorch_ddp_over_two_hosts_with_two_workers_each(two_hosts, accelbench_cli, tmp_path):
     a, b = two_hosts
@@ -176,6 +177,7 @@ def test_pytorch_ddp_over_two_hosts_with_two_workers_each(two_hosts, accelbench_
     assert distributed["network"].startswith("the host's network (a multi-host job")
 
 
+@pytest.mark.framework
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow not installed")
 def test_tensorflow_multi_worker_over_two_hosts(two_hosts, accelbench_cli, tmp_path):
     a, b = two_hosts
