@@ -1,6 +1,6 @@
 """The typed blocks of a record that other rooms fill in: the machine and software
 (``Environment``), a multi-worker run (``Distributed``), the schedule a record's trials ran in
-(``Schedule``), train mode's time to accuracy (``Training``), what a run cost (``Cost``), and a
+(``ScheduleBlock``), train mode's time to accuracy (``Training``), what a run cost (``Cost``), and a
 lockstep trial's blocks (``Block``). Their JSON form is ``accelbench.jsonform``'s; the result
 schema (``schemas/result.schema.json``) says what each field means."""
 
@@ -194,7 +194,7 @@ class LockstepSettings:
 
 
 @dataclass
-class Schedule:
+class ScheduleBlock:
     """How a record's trials were ordered among the other runs of one invocation."""
 
     kind: str
@@ -212,7 +212,7 @@ class Schedule:
     spending: SpendingPlan | None = omitted_while_none()
     lockstep: LockstepSettings | None = omitted_while_none()
 
-    def paired_with(self, other: Schedule | None) -> bool:
+    def paired_with(self, other: ScheduleBlock | None) -> bool:
         """Both ran in one interleaved or lockstep run: their trials pair by round."""
         return (
             other is not None

@@ -727,7 +727,7 @@ def env_create(plugin_names: tuple[str, ...], env_matrix: tuple[str, ...]) -> No
         try:
             envs.ensure(env, True, lambda text: click.echo(text, err=True))
             click.echo(f"{env.path}: {', '.join(spec.requirements)}")
-        except envs.EnvironmentError_ as exc:
+        except envs.EnvironmentNotMade as exc:
             failed += 1
             click.echo(f"error: {exc}", err=True)
     sys.exit(1 if failed else 0)

@@ -40,7 +40,7 @@ class DatasetWriter:
             [setup] = envs.setups_for(self.ref)
             try:
                 python, _ = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
-            except envs.EnvironmentError_ as exc:
+            except envs.EnvironmentNotMade as exc:
                 raise RuntimeError(f"{self.ref.id}: no worker environment: {exc}") from None
             self.worker = Worker(
                 self.ref, RunConfig(device="cpu", device_count=1), DATASET_TIMEOUT_S, label="data", python=python

@@ -72,7 +72,7 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan: LaunchPlan, rank: 
     [setup] = envs.setups_for(ref)
     try:
         python, described = envs.interpreter(setup, True, lambda text: print(text, file=sys.stderr))
-    except envs.EnvironmentError_ as exc:
+    except envs.EnvironmentNotMade as exc:
         return build(
             RunContext(
                 ref,

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .registry import BackendRef
 
 
-class EnvironmentError_(Exception):
+class EnvironmentNotMade(Exception):
     """An environment could not be made; the message is the installer's own last line."""
 
 
@@ -77,7 +77,7 @@ class EnvSpec:
 
 
 @dataclass(frozen=True)
-class Environment:
+class PythonEnv:
     path: Path
     spec: EnvSpec
 
@@ -93,8 +93,8 @@ def root() -> Path:
     return cache_dir("envs")
 
 
-def for_spec(spec: EnvSpec) -> Environment:
-    return Environment(root() / spec.key(), spec)
+def for_spec(spec: EnvSpec) -> PythonEnv:
+    return PythonEnv(root() / spec.key(), spec)
 
 
 def parse_requirements(text: str, flag: str = "--env") -> tuple[str, ...]:
@@ -112,8 +112,8 @@ def parse_requirements(text: str, flag: str = "--env") -> tuple[str, ...]:
     return parts
 
 
-def create(env: Environment, say: Callable[[str], None] = print) -> float:
-    """Make the environment (replacing a half-made one); seconds taken. EnvironmentError_ with
+def create(env: PythonEnv, say: Callable[[str], None] = print) -> float:
+    """Make the environment (replacing a half-made one); seconds taken. EnvironmentNotMade with
     the installer's reason when it cannot be made; nothing is left behind then."""
     started = time.monotonic()
     staging = env.path.with_name(env.path.name + ".partial")
@@ -134,7 +134,7 @@ def create(env: Environment, say: Callable[[str], None] = print) -> float:
         what = f"installing {', '.join(env.spec.requirements) or 'the worker packages'}"
         say(f"  {what}")
         _install(python, [*WORKER_PACKAGES, *env.spec.requirements], what)
-    except EnvironmentError_:
+    except EnvironmentNotMade:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     installed = _installed_versions(staging / "bin" / "python", env.spec.requirements)
@@ -155,14 +155,14 @@ def create(env: Environment, say: Callable[[str], None] = print) -> float:
     return time.monotonic() - started
 
 
-def ensure(env: Environment, allow_create: bool, say: Callable[[str], None] = print) -> Environment:
+def ensure(env: PythonEnv, allow_create: bool, say: Callable[[str], None] = print) -> PythonEnv:
     """The environment, made now if it does not exist yet (and ``allow_create``). Two processes
     that need one environment at once (two runs, two CI jobs on one cache) make it once: the
     second waits for the first's lock and then finds it made."""
     if env.exists():
         return env
     if not allow_create:
-        raise EnvironmentError_(f"environment {env.path} does not exist (--no-create-env; make it with accelbench env create)")
+        raise EnvironmentNotMade(f"environment {env.path} does not exist (--no-create-env; make it with accelbench env create)")
     with _creation_lock(env, say):
         if env.exists():
             return env
@@ -176,7 +176,7 @@ def ensure(env: Environment, allow_create: bool, say: Callable[[str], None] = pr
 
 
 @contextmanager
-def _creation_lock(env: Environment, say: Callable[[str], None]) -> Iterator[None]:
+def _creation_lock(env: PythonEnv, say: Callable[[str], None]) -> Iterator[None]:
     """An exclusive lock on ``<environment>.lock`` beside it while it is made: without it a second
     maker would delete the first's half-made ``.partial`` folder from under its installer."""
     import fcntl
@@ -258,11 +258,11 @@ def _run(command: list[str], what: str) -> None:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=environ)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EnvironmentError_(f"{what}: {exc}") from None
+        raise EnvironmentNotMade(f"{what}: {exc}") from None
     if done.returncode:
         lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         reason = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
-        raise EnvironmentError_(f"{what} failed: {reason.strip()}")
+        raise EnvironmentNotMade(f"{what} failed: {reason.strip()}")
 
 
 def _accelbench_source() -> list[str]:
@@ -430,10 +430,10 @@ def interpreter(
     setup: WorkerSetup, allow_create: bool, say: Callable[[str], None] = print
 ) -> tuple[str | None, WorkerEnvironment]:
     """The Python to start workers with (None: the host's) and the record's description of it;
-    EnvironmentError_ when its environment cannot be made."""
+    EnvironmentNotMade when its environment cannot be made."""
     if setup.python:  # one the user made
         if not Path(setup.python).exists():
-            raise EnvironmentError_(f"--python {setup.python}: no such interpreter")
+            raise EnvironmentNotMade(f"--python {setup.python}: no such interpreter")
         return setup.python, WorkerEnvironment("user", setup.python)
     spec = setup.spec
     if spec is None:

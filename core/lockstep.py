@@ -46,8 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import busy, envs, footprint, records, stats
 from .backend import Prepared
-from .blocks import Block, Efficiency, LockstepSettings, TimeSplit
-from .blocks import Schedule as ScheduleBlock
+from .blocks import Block, Efficiency, LockstepSettings, ScheduleBlock, TimeSplit
 from .energy import EnergyUse
 from .errors import UsageError
 from .records import Record, RunContext, TrialOutcome
@@ -68,7 +67,7 @@ MAX_REDOS_PER_PAIR = 20
 QUIET_POLL_S = 5.0
 
 
-class Unavailable(Exception):
+class SideUnavailable(Exception):
     """The backend's check said it cannot run here."""
 
 
@@ -98,7 +97,7 @@ class Side:
         self.first_call: Timing | None = None
 
     def open(self, python: str | None) -> None:
-        """Start, check, prepare and warm up the worker, then park it; WorkerFailure or Unavailable."""
+        """Start, check, prepare and warm up the worker, then park it; WorkerFailure or SideUnavailable."""
         self.spawn(python)
         self.start()
         self.warm_up()
@@ -111,12 +110,12 @@ class Side:
 
     def start(self) -> None:
         """Check and prepare the spawned worker (imports, model build), run its first call (where
-        frameworks trace and compile), then park it; WorkerFailure or Unavailable. Nothing of this
+        frameworks trace and compile), then park it; WorkerFailure or SideUnavailable. Nothing of this
         is measured, so the sides of a pair may start at once, each from a thread of its own:
         their start-ups overlap."""
         reason = self._call("check")
         if reason:
-            raise Unavailable(reason)
+            raise SideUnavailable(reason)
         self.prepared = self._call("prepare")
         self.first_call = self._call("step", 1)
         self.park()
@@ -364,7 +363,7 @@ class LockstepRun(ScheduledRun):
     def _side_python(self, side: Side, observer: RunObserver) -> str | None:
         try:
             return self._python(side.index, observer)
-        except envs.EnvironmentError_ as exc:
+        except envs.EnvironmentNotMade as exc:
             outcome = TrialOutcome("unavailable", f"no worker environment: {exc}", started_utc=side.started_utc)
             self._fail(side.index, outcome, observer)
             return None
@@ -372,7 +371,7 @@ class LockstepRun(ScheduledRun):
     def _started(self, side: Side, error: BaseException | None, observer: RunObserver) -> bool:
         if error is None:
             return True
-        if isinstance(error, Unavailable):
+        if isinstance(error, SideUnavailable):
             side.close()
             self._fail(side.index, TrialOutcome("unavailable", str(error), started_utc=side.started_utc), observer)
         elif isinstance(error, WorkerFailure):

@@ -84,7 +84,7 @@ def measure(
     try:
         python, _ = envs.interpreter(item.setup, True)  # the framework's own environment, if it has one
         worker = Worker(ref, item.config, label="peak", python=python)
-    except envs.EnvironmentError_ as exc:
+    except envs.EnvironmentNotMade as exc:
         outcome.reason = f"no worker environment: {exc}"
         return outcome
     except WorkerFailure as failure:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import footprint, peaks, stats, validation
 from .backend import DeviceMemory, Prepared
-from .blocks import Block, Cost, Distributed, Environment, Installed, Schedule, Training, WorkerEnvironment
+from .blocks import Block, Cost, Distributed, Environment, Installed, ScheduleBlock, Training, WorkerEnvironment
 from .config import RunConfig, lever_text
 from .errors import UsageError
 from .jsonform import from_json, omitted_while_none, to_object
@@ -73,7 +73,7 @@ class RunContext:
     #: the ``distributed`` block of a multi-worker run
     distributed: Distributed | None = None
     #: the ``schedule`` block: the run this record's trials were interleaved in, and why it stopped
-    schedule: Schedule | None = None
+    schedule: ScheduleBlock | None = None
     #: ``environment.worker``: the Python the workers ran when it was not the host's
     worker: WorkerEnvironment | None = None
 
@@ -241,7 +241,7 @@ class Record:
     environment: Environment
     warnings: list[str]
     distributed: Distributed | None = omitted_while_none()
-    schedule: Schedule | None = omitted_while_none()
+    schedule: ScheduleBlock | None = omitted_while_none()
     mode: str | None = omitted_while_none()
     training: Training | None = omitted_while_none()
     #: what the run cost besides time (ok records, since 1.11)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 from . import config as configuration
 from . import distributed, environment, envs, footprint, records, stats
-from .blocks import Schedule as ScheduleBlock
+from .blocks import ScheduleBlock
 from .config import RunConfig
 from .planning import Plan as Plan  # the Python API: runner.plan, then runner.execute
 from .planning import plan as plan
@@ -229,7 +229,7 @@ class ScheduledRun:
         position = sum(o.round == round_index for c in self.contexts for o in c.outcomes)
         try:
             python = self._python(index, observer)
-        except envs.EnvironmentError_ as exc:
+        except envs.EnvironmentNotMade as exc:
             outcome = TrialOutcome("unavailable", f"no worker environment: {exc}")
         else:
             if ctx.config.workers > 1:

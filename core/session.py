@@ -45,7 +45,7 @@ class BackendSession:
         self.first_marks: StartupMarks | None = None
         try:
             python, self.worker_described = envs.interpreter(item.setup, True, lambda text: print(text, file=sys.stderr))
-        except envs.EnvironmentError_ as exc:
+        except envs.EnvironmentNotMade as exc:
             raise Unavailable(f"no worker environment: {exc}") from None
         self.worker = Worker(ref, self.config, python=python)
         try:

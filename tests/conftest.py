@@ -167,7 +167,7 @@ def assert_onednn_read_back(bf16: dict) -> None:
     """What a framework's oneDNN ran a bf16 convolution with, as its own verbose log says: on a CPU
     with native bf16 a bf16 kernel (AMX where the CPU has it) and no emulation warning."""
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import onednn_ceiling
+    from accelbench.plugins.shared.cpu_features import onednn_ceiling
 
     flags, settings = cpu_flags(), bf16["settings"]
     emulated = [w for w in bf16["warnings"] if "emulated" in w]

@@ -224,7 +224,7 @@ def test_built_in_environments_are_the_distributions_extras_and_the_host_may_sat
     from pathlib import Path
 
     from accelbench import envs
-    from accelbench.plugins.extras import extra
+    from accelbench.plugins.shared.extras import extra
     from accelbench.registry import PluginHost
 
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())

@@ -3,8 +3,8 @@ for MXNet), with tiny shapes on the CPU. The first test makes the environment (c
 
 import pytest
 from accelbench.environment import cpu_flags
-from accelbench.plugins.cpu_features import bf16_emulation_warning
 from accelbench.plugins.jax_flax import hlo
+from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 from conftest import assert_measured_allocator, assert_measured_huge_pages, executed, load_records, loss_falls, run_backend
 
 pytestmark = pytest.mark.jax

@@ -38,7 +38,7 @@ def test_a_plan_never_gets_one_port_twice():
 def test_local_plans_use_loopback_and_free_ports(tmp_path):
     # the engines are the plugins' (core names none); neither module imports its framework
     from accelbench.plugins.mxnet_ngc.engine import DmlcPsEngine
-    from accelbench.plugins.tf_common import TfConfigEngine
+    from accelbench.plugins.shared.tf_common import TfConfigEngine
     from accelbench.plugins.torch_ref import TorchDistributedEngine
 
     tf = launch.plan_local(TfConfigEngine(), 2, str(tmp_path))

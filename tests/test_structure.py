@@ -89,7 +89,7 @@ def test_core_and_the_plugins_have_no_import_cycle():
     except graphlib.CycleError as cycle:
         pytest.fail(f"an import cycle: {' -> '.join(cycle.args[1])}")
     graph = package_graph()
-    assert "accelbench.plugins.tf_common" in graph["accelbench.plugins.tf_training"]
+    assert "accelbench.plugins.shared.tf_common" in graph["accelbench.plugins.shared.tf_training"]
     assert "accelbench.plugins.mxnet_ngc.onednn" in graph["accelbench.plugins.mxnet_ngc.training"]
 
 
@@ -112,3 +112,51 @@ def test_every_room_says_what_it_holds():
         if path.name != "__main__.py" and not ast.get_docstring(ast.parse(path.read_text()))
     ]
     assert missing == []
+
+
+def test_no_class_name_is_defined_twice_in_core():
+    """A reader (and a grep) finds one class per name: two ``Schedule`` classes made two modules
+    import one under another name, and an ``EnvironmentError_`` needed a trailing underscore."""
+    defined: dict[str, list[str]] = {}
+    for path in sorted(CORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(path.name)
+    twice = {name: where for name, where in defined.items() if len(where) > 1}
+    assert not twice, twice
+    assert not [name for name in defined if name.endswith("_")], "a class name that needs a trailing underscore"
+
+
+BUILT_INS = ("tf_benchmarks", "mxnet_ngc", "tpu_official", "torch_ref", "jax_flax")
+
+
+def test_a_built_in_imports_another_plugin_only_through_the_shared_package():
+    def plugin_of(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if module.startswith("accelbench.plugins.") else None
+
+    crossings = [
+        (name, target)
+        for name, targets in package_graph().items()
+        for target in targets
+        if plugin_of(name) in BUILT_INS and plugin_of(target) not in (None, "shared", plugin_of(name))
+    ]
+    assert crossings == []
+    assert any(t.startswith("accelbench.plugins.shared.") for t in package_graph()["accelbench.plugins.tpu_official"])
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_each_built_in_declares_the_plugin_api_it_was_written_for(name):
+    import importlib
+
+    from accelbench.api import PLUGIN_API
+
+    declared = importlib.import_module(f"accelbench.plugins.{name}").PLUGIN_API
+    assert declared.split(".")[0] == PLUGIN_API.split(".")[0], declared
+
+
+def test_the_model_descriptions_stay_importable_where_the_docs_first_put_them():
+    from accelbench.plugins.model_specs import RESNET50_VARIANTS as old
+    from accelbench.plugins.shared.model_specs import RESNET50_VARIANTS as new
+
+    assert old is new

@@ -88,7 +88,7 @@ def test_tf_benchmarks_mirrored_over_two_logical_cpus():
 
 def test_tf_benchmarks_bf16_records_bf16(monkeypatch, tmp_path):
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_warning
+    from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no probe kept: this run's probe reads oneDNN
 
@@ -116,7 +116,7 @@ def test_tf_benchmarks_bf16_records_bf16(monkeypatch, tmp_path):
 )
 def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environment, emulated_by):
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_warning
+    from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     for variable, value in environment.items():  # the worker inherits the host's environment
@@ -137,7 +137,7 @@ def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environmen
 
 def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import NATIVE_BF16_FLAGS
+    from accelbench.plugins.shared.cpu_features import NATIVE_BF16_FLAGS
 
     if not cpu_flags() & NATIVE_BF16_FLAGS:
         pytest.skip("TensorFlow sends oneDNN bf16 convolutions only where the CPU has bf16")
@@ -166,7 +166,7 @@ def test_flops_counted_from_the_model_v1_and_v15():
 def test_v15_moves_the_stride_into_the_3x3_and_no_conv_has_a_bias():
     code = (
         "import tf_keras as k\n"
-        "from accelbench.plugins.tf_common import resnet50\n"
+        "from accelbench.plugins.shared.tf_common import resnet50\n"
         "m = resnet50(k, 'v1.5', (224, 224, 3), 1000)\n"
         "s = {l.name: l.strides for l in m.layers if l.name.startswith('conv3_block1_') and hasattr(l, 'strides')}\n"
         "convs = [l for l in m.layers if type(l).__name__ == 'Conv2D']\n"
@@ -182,7 +182,7 @@ def test_the_stem_pools_with_same_padding_as_the_tensorflow_references():
     # stem's ReLU, no padded copy of it (Keras' ResNet50 has a ZeroPadding2D + "valid" there)
     code = (
         "import numpy as np, tensorflow as tf, tf_keras as k\n"
-        "from accelbench.plugins.tf_common import resnet50\n"
+        "from accelbench.plugins.shared.tf_common import resnet50\n"
         "m = resnet50(k, 'v1', (64, 64, 3), 10)\n"
         "pads = [l.name for l in m.layers if type(l).__name__ == 'ZeroPadding2D']\n"
         "relu, pool = m.get_layer('conv1_relu'), m.get_layer('pool1_pool')\n"

@@ -170,7 +170,7 @@ def test_json_and_quiet_are_for_scripts(accelbench_cli, tmp_path):
     ],
 )
 def test_bf16_emulation_is_told_from_the_cpu_flags(flags, expected):
-    from accelbench.plugins.cpu_features import bf16_emulation_warning
+    from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     warning = bf16_emulation_warning(frozenset(flags))
     assert (warning is not None) == expected
@@ -190,7 +190,7 @@ def test_bf16_emulation_is_told_from_the_cpu_flags(flags, expected):
     ],
 )
 def test_a_onednn_ceiling_below_bf16_emulates_it_whatever_the_cpu_has(ceiling, expected):
-    from accelbench.plugins.cpu_features import bf16_emulation_warning
+    from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     warning = bf16_emulation_warning(frozenset({"avx512f", "avx512_bf16", "amx_bf16"}), ceiling)
     assert (warning is not None) == expected
@@ -201,7 +201,7 @@ def test_a_onednn_ceiling_below_bf16_emulates_it_whatever_the_cpu_has(ceiling, e
 
 
 def test_the_onednn_ceiling_is_read_where_onednn_reads_it(monkeypatch):
-    from accelbench.plugins.cpu_features import onednn_ceiling
+    from accelbench.plugins.shared.cpu_features import onednn_ceiling
 
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
@@ -234,13 +234,13 @@ onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx10_1_512_amx,fo
     ],
 )
 def test_onednn_verbose_logs_of_both_formats_are_read(log, isa, kernel):
-    from accelbench.plugins.cpu_features import onednn_verbose_read_back
+    from accelbench.plugins.shared.cpu_features import onednn_verbose_read_back
 
     assert onednn_verbose_read_back(log) == {"onednn_isa": isa, "onednn_convolution": kernel}
 
 
 def test_a_onednn_probe_that_fails_or_hangs_reads_back_nothing_and_is_not_kept(monkeypatch, tmp_path):
-    from accelbench.plugins.cpu_features import OnednnProbe
+    from accelbench.plugins.shared.cpu_features import OnednnProbe
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     # as the records spell it
@@ -268,7 +268,7 @@ def test_a_probes_read_back_is_kept_for_the_same_machine_framework_and_environme
     """A second worker with everything that decides oneDNN's kernel the same reads the first's
     probe from the cache and says so; another framework version, probe argument or oneDNN
     variable probes afresh; a variable oneDNN does not read changes nothing."""
-    from accelbench.plugins.cpu_features import OnednnProbe
+    from accelbench.plugins.shared.cpu_features import OnednnProbe
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
@@ -304,7 +304,7 @@ def test_a_framework_reinstalled_under_the_same_version_is_another_probe_key(tmp
     """Another build of one version (another oneDNN inside) lies in newly written files."""
     from types import SimpleNamespace
 
-    from accelbench.plugins.cpu_features import framework_identity
+    from accelbench.plugins.shared.cpu_features import framework_identity
 
     init = tmp_path / "fakefw" / "__init__.py"
     init.parent.mkdir()
@@ -330,7 +330,7 @@ def test_a_framework_reinstalled_under_the_same_version_is_another_probe_key(tmp
     ],
 )
 def test_bf16_emulation_is_told_from_the_kernel_onednn_ran(kernel, flags, expected, monkeypatch):
-    from accelbench.plugins.cpu_features import bf16_emulation_from_onednn
+    from accelbench.plugins.shared.cpu_features import bf16_emulation_from_onednn
 
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)

@@ -113,7 +113,7 @@ def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
 
 def test_a_onednn_ceiling_below_bf16_is_recorded_as_emulation(monkeypatch):
     from accelbench.environment import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_warning
+    from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the worker inherits the host's environment
     record = run_backend("torch_ref", precision="bf16", timed_steps=2, warmup_steps=1, **SMALL)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend
-from accelbench.plugins.extras import extra
+from accelbench.plugins.shared.extras import extra
+
+PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "0.1.0"
 
@@ -103,12 +105,12 @@ class FlaxResNet50(RunBackend):
 
     # train mode (accelbench.training): the image folder, decoded by Pillow into numpy batches
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
-        from accelbench.plugins import imagefolder
+        from accelbench.plugins.shared import imagefolder
 
         return imagefolder.write(examples, stem)
 
     def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
-        from accelbench.plugins import imagefolder
+        from accelbench.plugins.shared import imagefolder
 
         return imagefolder.read(files)
 

@@ -1,4 +1,4 @@
-"""jax_flax's train mode: the image folder (``plugins/imagefolder.py``), decoded with Pillow into
+"""jax_flax's train mode: the image folder (``plugins/shared/imagefolder.py``), decoded with Pillow into
 numpy batches on the host (the way JAX examples feed small datasets), training at the learning
 rate core gives, evaluation over the held-out split. Imported only in the worker.
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
-from accelbench.plugins import imagefolder
+from accelbench.plugins.shared import imagefolder
 
 from .training import JaxRun
 

@@ -9,7 +9,7 @@ from functools import partial
 
 import flax.linen as nn
 import jax.numpy as jnp
-from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
+from accelbench.plugins.shared.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 RESNET50_STAGES = (3, 4, 6, 3)
 RESNET50_WIDTHS = (64, 128, 256, 512)

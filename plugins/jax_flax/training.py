@@ -271,7 +271,7 @@ def emulation_warnings(precision: str, platform: str, operands: dict[str, int], 
     if platform != "cpu":
         return []
     from accelbench.api import cpu_flags
-    from accelbench.plugins.cpu_features import bf16_emulation_warning
+    from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     warning = bf16_emulation_warning(cpu_flags())  # XLA's CPU backend runs no oneDNN: no ceiling
     return [warning] if warning else []

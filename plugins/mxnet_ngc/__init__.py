@@ -13,10 +13,12 @@ import os
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.api import RunBackend
-from accelbench.plugins.extras import extra
-from accelbench.plugins.model_specs import RESNET50_VARIANTS
+from accelbench.plugins.shared.extras import extra
+from accelbench.plugins.shared.model_specs import RESNET50_VARIANTS
 
 from .engine import DmlcPsEngine
+
+PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 

@@ -15,7 +15,7 @@ import os
 import sys
 
 from accelbench.api import cpu_flags
-from accelbench.plugins.cpu_features import OnednnProbe, request_amx_tiles
+from accelbench.plugins.shared.cpu_features import OnednnProbe, request_amx_tiles
 
 #: the name oneDNN 2.4 reads its ISA ceiling from (ONEDNN_MAX_CPU_ISA came later and is ignored)
 ISA_VARIABLE = "DNNL_MAX_CPU_ISA"

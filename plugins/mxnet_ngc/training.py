@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from accelbench.api import DeviceMemory, Prepared, RunConfig, cpu_flags, training_flops
-from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, framework_identity, onednn_unread
+from accelbench.plugins.shared.cpu_features import bf16_emulation_from_onednn, framework_identity, onednn_unread
 
 from . import onednn
 from .onednn import import_mxnet
@@ -62,7 +62,7 @@ def device_problem(config: RunConfig) -> str | None:
 def build_network(vision, config: RunConfig):
     if config.model == "resnet_small":
         # Gluon's own class, with the layers every plugin's resnet_small has
-        from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
+        from accelbench.plugins.shared.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
         return vision.ResNetV1(
             vision.BasicBlockV1, list(SMALL_LAYERS), list(SMALL_CHANNELS), classes=config.num_classes, thumbnail=True

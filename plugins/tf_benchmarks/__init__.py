@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import accelbench
 from accelbench import BackendInfo, Option, RunConfig
-from accelbench.plugins.extras import extra
+from accelbench.plugins.shared.extras import extra
+from accelbench.plugins.shared.model_specs import RESNET50_VARIANTS
+from accelbench.plugins.shared.tf_common import ONEDNN_OPTION, Recipe, TfBackend
+from accelbench.plugins.shared.tf_training import TrainMode
 
-from ..model_specs import RESNET50_VARIANTS
-from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend
-from ..tf_training import TrainMode
+PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 # tf_cnn_benchmarks' defaults: momentum 0.9 (Nesterov), weight decay 4e-5

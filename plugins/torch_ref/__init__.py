@@ -16,8 +16,10 @@ import os
 import accelbench
 from accelbench import BackendInfo, Option, Prepared, RunConfig
 from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError
-from accelbench.plugins.cpu_features import onednn_unread
-from accelbench.plugins.extras import extra
+from accelbench.plugins.shared.cpu_features import onednn_unread
+from accelbench.plugins.shared.extras import extra
+
+PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 #: the worker's ``init_process_group`` method: a file for local runs, else ``env://``

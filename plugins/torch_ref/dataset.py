@@ -15,7 +15,7 @@ from typing import Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
-from accelbench.plugins import imagefolder
+from accelbench.plugins.shared import imagefolder
 
 from .training import TorchRun
 

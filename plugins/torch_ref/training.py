@@ -6,8 +6,13 @@ import os
 
 from accelbench import DeviceMemory, Prepared, RunConfig
 from accelbench.api import training_flops
-from accelbench.plugins.cpu_features import bf16_emulation_from_onednn, c_stdout_captured, onednn_unread, onednn_verbose_read_back
-from accelbench.plugins.model_specs import SMALL_CHANNELS, SMALL_LAYERS
+from accelbench.plugins.shared.cpu_features import (
+    bf16_emulation_from_onednn,
+    c_stdout_captured,
+    onednn_unread,
+    onednn_verbose_read_back,
+)
+from accelbench.plugins.shared.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 WEIGHT_DECAY = 1e-4  # torchvision's reference recipe
 #: eager steps on a side stream before a CUDA graph is captured (PyTorch's whole-network capture

@@ -4,17 +4,18 @@ ResNet-50 v1.5, channels-last, bf16 compute with fp32 variables (Keras ``mixed_b
 fp32 logits for the loss, no loss scaling, Nesterov momentum 0.9 and weight decay 1e-4, several
 steps per host round-trip (``iterations_per_loop``). Runs under ``TPUStrategy`` when a TPU is
 present; elsewhere the same bf16 program runs on the local device, and the record says which.
-Model and step code are shared with tf_benchmarks (``accelbench.plugins.tf_common``).
+Model and step code are shared with tf_benchmarks (``accelbench.plugins.shared.tf_common``).
 """
 
 from __future__ import annotations
 
 import accelbench
 from accelbench import BackendInfo, Option, RunConfig
-from accelbench.plugins.extras import extra
+from accelbench.plugins.shared.extras import extra
+from accelbench.plugins.shared.tf_common import ONEDNN_OPTION, Recipe, TfBackend
+from accelbench.plugins.shared.tf_training import TrainMode
 
-from ..tf_common import ONEDNN_OPTION, Recipe, TfBackend
-from ..tf_training import TrainMode
+PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 WEIGHT_DECAY = 1e-4

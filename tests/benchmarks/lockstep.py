@@ -92,7 +92,7 @@ class PluginSide:
 
     def __init__(self, args, batch, warmup):
         from accelbench import environment, envs, runner
-        from accelbench.lockstep import Side, Unavailable
+        from accelbench.lockstep import Side, SideUnavailable
         from accelbench.records import RunContext
         from accelbench.registry import PluginHost
         from accelbench.workers import WorkerFailure
@@ -102,7 +102,7 @@ class PluginSide:
         if item.precheck:
             raise SystemExit(f"{plugin}: {item.precheck.reason}")
         self.batch, self.rounds, self.clock0 = batch, 0, time.monotonic()
-        self.failure = (Unavailable, WorkerFailure, envs.EnvironmentError_)
+        self.failure = (SideUnavailable, WorkerFailure, envs.EnvironmentNotMade)
         try:
             python, described = envs.interpreter(item.setup, True, lambda text: print(text, flush=True))
             self.ctx = RunContext(

@@ -18,9 +18,14 @@ from typing import Any
 
 from accelbench import DeviceMemory, Option, Prepared, RunConfig
 from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError, training_flops
-
-from .cpu_features import OnednnProbe, bf16_emulation_from_onednn, bf16_emulation_warning, framework_identity, onednn_unread
-from .model_specs import SMALL_CHANNELS, SMALL_LAYERS
+from accelbench.plugins.shared.cpu_features import (
+    OnednnProbe,
+    bf16_emulation_from_onednn,
+    bf16_emulation_warning,
+    framework_identity,
+    onednn_unread,
+)
+from accelbench.plugins.shared.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 KERAS_PACKAGE = "tf_keras"
 

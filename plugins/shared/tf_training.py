@@ -14,8 +14,7 @@ from typing import Any
 
 from accelbench import Prepared, RunConfig
 from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
-
-from .tf_common import Recipe, TrainingRun, import_tensorflow
+from accelbench.plugins.shared.tf_common import Recipe, TrainingRun, import_tensorflow
 
 #: examples per TFRecord shard (~140 MB of ImageNet JPEGs, as Google's conversion makes)
 SHARD_EXAMPLES = 1250
