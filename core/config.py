@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,8 +55,17 @@ def flag_of(path: tuple[str | int, ...]) -> str | None:
         declared, path = NESTED[str(path[0])], path[1:]
     if len(path) != 1 or not isinstance(path[0], str):
         return "config key " + ".".join(map(str, path)) if path else None
-    spec = next((f.metadata.get("flag") for f in dataclasses.fields(declared) if f.name == path[0]), None)
+    metadata: Mapping[str, Any] = next((f.metadata for f in dataclasses.fields(declared) if f.name == path[0]), {})
+    if "cli" in metadata:
+        return str(metadata["cli"])
+    spec = metadata.get("flag")
     return "--" + (spec.name or path[0]).replace("_", "-") if spec else f"config key {path[0]}"
+
+
+def parsed_by_cli(name: str) -> dict[str, str]:
+    """A field the command line gives in a shape of its own (a duration, KEY=VALUE): its flag is
+    made by hand in cli.py, but a refusal of its value still names it."""
+    return {"cli": name}
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,8 @@ class RunConfig:
     timed_steps: int | None = field(
         default=None, metadata=flag("Count this many timed steps (the tf_cnn_benchmarks protocol).", "int")
     )
-    time_s: float | None = None  # the CLI's --time takes a duration ("45s", "2m"): cli.py parses it
+    #: the CLI's --time takes a duration ("45s", "2m"): cli.py parses it
+    time_s: float | None = field(default=None, metadata=parsed_by_cli("--time"))
     trials: int = field(default=1, metadata=flag("Independent worker processes per run (default 1).", "int"))
     threads: int | None = field(default=None, metadata=flag("Compute threads (default: all cores).", "int"))
     inter_op_threads: int | None = field(default=None, metadata=flag("Inter-op threads where the framework has them.", "int"))
@@ -143,12 +154,12 @@ class RunConfig:
             "int",
         ),
     )
-    options: dict[str, Any] = field(default_factory=dict)  # --option KEY=VALUE, parsed by cli.py
+    options: dict[str, Any] = field(default_factory=dict, metadata=parsed_by_cli("--option"))
     #: levers (``--lever``): sets of backend options or ``LEVER_FIELDS``, each run beside the
     #: config as given (a run of every selected backend with the set applied), so that a
     #: comparison decides whether the lever helps here; a sweep, expanded by ``expand_sweep`` as
     #: ``batch_sizes`` is
-    levers: tuple[dict[str, Any], ...] | None = None
+    levers: tuple[dict[str, Any], ...] | None = field(default=None, metadata=parsed_by_cli("--lever"))
     #: what a lever run changed from the config as given (set by ``expand_sweep``, and in its
     #: record): empty for the run as configured
     lever: dict[str, Any] = field(default_factory=dict)

@@ -147,6 +147,7 @@ BAD_INPUTS = [
     (["new-plugin", "mine", "--dir", "/proc/nope/mine"], "new-plugin --dir /proc/nope/mine: cannot make the folder there"),
     (["report", "--evidence", "x" * 3000, "--markdown"], "not a folder of results files"),
     (["compare", "x" * 3000], "File name too long"),
+    (["run", *SLEEPY, "--time", "9" * 30], "--time must be at most 604800 (got 1e+30)"),
 ]
 
 
