@@ -4,5 +4,5 @@ The public face for plugin authors is ``accelbench.api`` (versioned: ``PLUGIN_AP
 are re-exported here, so ``import accelbench`` and ``accelbench.Backend`` work as well.
 """
 
-from .api import *  # noqa: F401,F403
-from .api import __all__  # noqa: F401
+from accelbench.api import *  # noqa: F401,F403
+from accelbench.api import __all__  # noqa: F401

@@ -1,6 +1,6 @@
 """The backend protocol: what a framework plugin implements, and nothing more.
 
-A backend never times itself. The host's timing loop (``accelbench.timing``) calls ``step`` and
+A backend never times itself. The host's timing loop (``accelbench.execution.timing``) calls ``step`` and
 reads the clock; the backend only prepares the work and performs one synced step.
 
 Life cycle, all but ``describe`` inside a fresh worker process::
@@ -20,7 +20,7 @@ Train mode (``accelbench train``; only backends whose ``info.data_format`` is se
     train_step(learning_rate)  (many)   worker; one synced step on the next training batch
     evaluate()                          worker; top-1/top-5/loss over the whole held-out split
 
-The epoch loop, learning-rate schedule and stopping rule are core's (``accelbench.training``).
+The epoch loop, learning-rate schedule and stopping rule are core's (``accelbench.execution.training``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .launch import Engine
+    from accelbench.environments.datasets import DatasetManifest
+    from accelbench.launch import Engine
+    from accelbench.planning.config import RunConfig
 
 
 #: FLOPs of one training image per forward multiply-add: 2 FLOPs per multiply-add, and the
@@ -113,7 +114,7 @@ class BackendInfo:
     #: model -> its variants, default first; a model not listed has no variants
     variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
     precisions: tuple[str, ...] = ("fp32",)
-    #: device kinds, as ``accelbench.environment.device_counts`` names them ("cpu" always exists)
+    #: device kinds, as ``accelbench.environments.machine.device_counts`` names them ("cpu" always exists)
     devices: tuple[str, ...] = ("cpu",)
     #: "global" or "per_device": how this workload's reference states its batch size
     batch_semantics: str = "per_device"
@@ -131,7 +132,7 @@ class BackendInfo:
     #: accelbench makes the environment on first use and caches it (``accelbench env``)
     environment: tuple[str, ...] = ()
     #: the memory allocator this backend's workers run fastest with, as measured side by side
-    #: (``tests/benchmarks/bench_levers.py``): a name of ``accelbench.allocators.KNOWN``, preloaded
+    #: (``tests/benchmarks/bench_levers.py``): a name of ``accelbench.execution.allocators.KNOWN``, preloaded
     #: when the run leaves ``--allocator`` at ``auto`` and it is installed; None: the system's
     allocator: str | None = None
     #: whether this backend's workers ran faster with their allocator's memory in transparent huge
@@ -178,7 +179,7 @@ class BackendInfo:
             found += _name_problems("data_format", [self.data_format])
         if not isinstance(self.environment, tuple) or not all(isinstance(r, str) for r in self.environment):
             found.append("environment must be a tuple of requirement strings")
-        from .allocators import KNOWN
+        from accelbench.execution.allocators import KNOWN
 
         if self.allocator is not None and self.allocator not in KNOWN:
             found.append(f"allocator must be None or one of {', '.join(KNOWN)}, not {self.allocator!r}")
@@ -368,7 +369,7 @@ class Backend:
         """Read a split back with the framework's reader: (sha256 of the image bytes, label) each."""
         raise NotImplementedError(f"{self.info.name} reads no dataset format")
 
-    def prepare_training(self, config: "RunConfig", dataset: dict[str, Any]) -> Prepared:
+    def prepare_training(self, config: "RunConfig", dataset: "DatasetManifest") -> Prepared:
         """Build model, optimizer and input pipelines for ``config.train`` over ``dataset`` (its
         manifest, with ``root``)."""
         raise NotImplementedError(f"{self.info.name} has no train mode")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 import pluggy
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from accelbench.backend import Backend
 
 hookspec = pluggy.HookspecMarker("accelbench")
 hookimpl = pluggy.HookimplMarker("accelbench")

@@ -4,7 +4,7 @@ A framework's own distributed engine (its collective all-reduce, its parameter s
 plugin's knowledge: a backend names an ``Engine`` object, and the engine says which environment
 each worker process needs and which service processes (run by the backend's ``serve``) must run
 beside the workers. Core starts and watches those processes, drives them in lock step and merges
-their results (``accelbench.multiworker``).
+their results (``accelbench.execution.multiworker``).
 
 Local runs bind only to 127.0.0.1, on ports picked free at run time.
 """
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from .errors import UsageError
+from accelbench.errors import UsageError
 
 LOOPBACK = "127.0.0.1"
 

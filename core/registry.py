@@ -16,10 +16,10 @@ from typing import Iterable
 
 import pluggy
 
-from . import hookspecs
-from .backend import IDENTIFIER, Backend, BackendInfo
-from .errors import UsageError
-from .launch import Engine
+from accelbench import hookspecs
+from accelbench.backend import IDENTIFIER, Backend, BackendInfo
+from accelbench.errors import UsageError
+from accelbench.launch import Engine
 
 ENTRY_POINT_GROUP = "accelbench"
 ALLOW_LIST_VARIABLE = "ACCELBENCH_PLUGINS"
@@ -47,7 +47,7 @@ class BackendRef:
 
     def framework_version(self) -> str:
         """The installed version of the first required module's distribution ("" if unknown)."""
-        from .environment import distribution_version
+        from accelbench.environments.machine import distribution_version
 
         return next((v for v in map(distribution_version, self.backend.describe().requires) if v), "")
 
@@ -168,7 +168,7 @@ class PluginHost:
 def _one_line(exc: Exception) -> str:
     """A plugin's load error as one line: a migration error is its own message (it names what
     replaced the removed name), anything else its type and first line."""
-    from .backend import PluginAPIError
+    from accelbench.backend import PluginAPIError
 
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return text if isinstance(exc, PluginAPIError) else f"{type(exc).__name__}: {text}"
@@ -177,7 +177,7 @@ def _one_line(exc: Exception) -> str:
 def _api_problem(module: ModuleType) -> str:
     """Why a plugin that declares the plugin API it was written for cannot load here ("" if it
     can): one written for a newer major version than this accelbench speaks."""
-    from .api import PLUGIN_API
+    from accelbench.api import PLUGIN_API
 
     declared = getattr(module, "PLUGIN_API", None)
     if declared is None:

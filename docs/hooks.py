@@ -13,7 +13,8 @@ import re
 import sys
 from pathlib import Path
 
-from accelbench import docgen, evidence
+from accelbench.analysis import evidence
+from accelbench.authoring import docgen
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"<!-- accelbench:(evidence|schema|hooks)\s*(\S*)\s*-->")

@@ -15,7 +15,7 @@ HERE = Path(__file__).parent
 def pytest_report_header(config):
     """The machine the suite runs on, first in its output: the README's test line gives the suite's
     time per CPU kind, and a CI log's time means nothing without the machine that took it."""
-    from accelbench.environment import cpu_flags, cpu_model
+    from accelbench.environments.machine import cpu_flags, cpu_model
 
     flags = cpu_flags()
     bf16 = "bf16 in AMX" if "amx_bf16" in flags else "bf16 in AVX-512" if "avx512_bf16" in flags else "bf16 emulated"
@@ -115,7 +115,8 @@ def load_records(path: Path) -> list[dict]:
 
 def executed(plans) -> list[dict]:
     """Run the plans through the host as ``accelbench run`` does; their records' JSON form."""
-    from accelbench import records, runner
+    from accelbench.execution import runner
+    from accelbench.records import results as records
 
     return [record.to_json() for record in runner.execute(plans, records.check_all)]
 
@@ -125,7 +126,7 @@ def a_record(**changes):
     these fields replaced, for tests that give core known inputs."""
     import dataclasses
 
-    from accelbench.records import Record
+    from accelbench.records.results import Record
 
     fixture = Path(__file__).parent / "fixtures" / "records-1.10.0.json"
     return dataclasses.replace(Record.from_json(json.loads(fixture.read_text())["records"][0]), **changes)
@@ -133,7 +134,7 @@ def a_record(**changes):
 
 def throughput_of(images_per_sec: float):
     """A record's throughput block holding just this rate (no interval: one sample)."""
-    from accelbench.records import Throughput
+    from accelbench.records.results import Throughput
 
     return Throughput(images_per_sec, 100, 100 / images_per_sec, (images_per_sec, images_per_sec), "one sample")
 
@@ -142,8 +143,9 @@ def run_backend(plugin: str, **config) -> dict:
     """Run one built-in backend through the host (worker process, timing loop) and return its
     schema-checked record in its JSON form, as a results file holds it. Small shapes by default,
     so tests take seconds."""
-    from accelbench import records, runner
-    from accelbench.config import RunConfig
+    from accelbench.execution import runner
+    from accelbench.planning.config import RunConfig
+    from accelbench.records import results as records
     from accelbench.registry import PluginHost
 
     defaults = dict(image_size=32, num_classes=10, global_batch=8, warmup_steps=1, timed_steps=5)
@@ -166,7 +168,7 @@ def assert_cpu_footprint(record: dict) -> None:
 def assert_onednn_read_back(bf16: dict) -> None:
     """What a framework's oneDNN ran a bf16 convolution with, as its own verbose log says: on a CPU
     with native bf16 a bf16 kernel (AMX where the CPU has it) and no emulation warning."""
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
     from accelbench.plugins.shared.cpu_features import onednn_ceiling
 
     flags, settings = cpu_flags(), bf16["settings"]
@@ -196,7 +198,7 @@ def assert_measured_huge_pages(record: dict, measured: bool) -> None:
     """A plugin that measured its allocator faster in transparent huge pages
     (``BackendInfo.huge_pages``) runs with them where this machine can give them, and its worker's
     memory is in them; any other runs with its allocator not asked for them."""
-    from accelbench import allocators
+    from accelbench.execution import allocators
 
     expected = "on" if measured and allocators.huge_pages_problem(record["config"]["allocator"]) is None else "off"
     assert record["config"]["huge_pages"] == expected, record["config"]
@@ -210,7 +212,7 @@ def assert_measured_huge_pages(record: dict, measured: bool) -> None:
 def assert_measured_allocator(record: dict, name: str) -> None:
     """A plugin's measured allocator (``BackendInfo.allocator``) ran when this machine has it;
     otherwise the system's malloc ran and the record warns that it is missing."""
-    from accelbench import allocators
+    from accelbench.execution import allocators
 
     mapped, chosen = record["settings"]["allocator"], record["config"]["allocator"]
     if allocators.installed(name):
@@ -237,7 +239,7 @@ def worker_pids(host: int) -> set[int]:
         except OSError:
             continue
         parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == host and b"accelbench.worker" in cmdline:
+        if parent == host and b"accelbench.execution.worker_main" in cmdline:
             found.add(int(entry.name))
     return found
 

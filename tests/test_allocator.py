@@ -5,8 +5,9 @@ import subprocess
 import sys
 
 import pytest
-from accelbench import allocators
 from conftest import load_records
+
+from accelbench.execution import allocators
 
 
 def mapped_path(soname: str) -> str:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from accelbench.execution.protocol import Step
+
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
 import bench_first_touch  # noqa: E402
 import bench_levers  # noqa: E402
@@ -100,7 +102,7 @@ def rounds_of(ratios):
 
 
 def test_looks_add_rounds_until_the_verdict_is_decided_at_cores_sequential_confidence():
-    from accelbench.stats import sequential_confidence
+    from accelbench.analysis.stats import sequential_confidence
 
     looks = bench_reference.Looks(rounds=4, max_rounds=8)
     assert not looks.go_on("case", rounds_of([1.01, 1.02, 1.00, 1.015]))  # tight above 0.98: not behind
@@ -183,7 +185,7 @@ def test_shipped_references_run_as_shipped_unless_asked_for_the_plugins_malloc(t
 
 
 def test_the_plugins_huge_pages_go_with_its_malloc(monkeypatch):
-    from accelbench import allocators
+    from accelbench.execution import allocators
 
     monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
     monkeypatch.setattr(allocators, "_glibc", lambda: "glibc 2.36")
@@ -249,7 +251,7 @@ def test_first_touch_maps_each_page_once_and_times_every_chunk():
 
 
 def test_a_lever_is_measured_against_a_baseline_it_changes(monkeypatch):
-    from accelbench import allocators
+    from accelbench.execution import allocators
 
     # a machine that gives huge pages (the answer must not depend on the one the tests run on)
     monkeypatch.setattr(allocators, "thp_mode", lambda: "madvise")
@@ -416,11 +418,11 @@ def test_a_lockstep_block_of_the_plugin_is_one_timing_loop_in_its_worker(testplu
     try:
         commands = []
         call = plugin.side.worker.call
-        plugin.side.worker.call = lambda command, *args, **kw: commands.append((command, *args)) or call(command, *args, **kw)
+        plugin.side.worker.call = lambda request, **kw: commands.append(request) or call(request, **kw)
         images, seconds = plugin.block(3)
     finally:
         plugin.close()
-    assert commands == [("step", 3, 1)]  # three calls, each a sample of its own (20 ms is no tiny step)
+    assert commands == [Step(3, 1)]  # three calls, each a sample of its own (20 ms is no tiny step)
     [block] = plugin.side.blocks
     assert images == 6 and block.steps == 3 and seconds == block.seconds == pytest.approx(0.060, rel=0.25)
     assert seconds == pytest.approx(sum(plugin.side.timings[-1].step_times))

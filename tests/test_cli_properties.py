@@ -15,10 +15,11 @@ from pathlib import Path
 
 import click
 import pytest
-from accelbench import cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
+
+from accelbench import cli
 
 #: what a hostile user types: empty, blank, signs, limits, not-a-number, unicode, long, lists
 #: and key=value shapes gone wrong; paths are added per example (a folder, a FIFO, a missing one)

@@ -3,13 +3,15 @@
 import json
 
 import pytest
-from accelbench.compare import UNPAIRED_ANALYSIS, Run, compare, exit_code, verdict
 from conftest import load_records
+
+from accelbench.analysis.compare import UNPAIRED_ANALYSIS, Run, compare, exit_code, verdict
 
 
 def sleepy_record(scale: float = 1.0, noise: float = 0.0, seed: int = 0, steps: int = 40, trials: int = 1, step_ms: float = 5):
-    from accelbench import records, runner
-    from accelbench.config import RunConfig
+    from accelbench.execution import runner
+    from accelbench.planning.config import RunConfig
+    from accelbench.records import results as records
     from accelbench.registry import PluginHost
 
     [ref] = PluginHost().select(backends=["sleepy:fixed-time"])

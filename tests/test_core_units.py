@@ -6,11 +6,13 @@ import time
 from pathlib import Path
 
 import pytest
-from accelbench import BackendInfo, RunConfig, hookspecs, validation
+
+from accelbench import BackendInfo, RunConfig, hookspecs
+from accelbench.analysis.stats import step_time_summary, throughput_ci
 from accelbench.errors import UsageError
-from accelbench.planning import resolve
-from accelbench.stats import step_time_summary, throughput_ci
-from accelbench.timing import TimingPlan, run_timed
+from accelbench.execution.timing import TimingPlan, run_timed
+from accelbench.planning.plan import resolve
+from accelbench.records import validation
 
 PER_DEVICE = BackendInfo(
     name="b", framework="f", requires=(), models=("m",), batch_semantics="per_device", default_batch={"cpu": 8, "gpu": 256}
@@ -121,7 +123,7 @@ def test_hand_made_bad_records_are_rejected_naming_the_field(good_record, accelb
 
 
 def test_a_record_that_fails_its_schema_is_never_written(tmp_path):
-    from accelbench import records
+    from accelbench.records import results as records
 
     out = tmp_path / "r.json"
     from conftest import a_record
@@ -134,7 +136,7 @@ def test_a_record_that_fails_its_schema_is_never_written(tmp_path):
 def test_every_hook_is_typed_and_documented_in_the_generated_table():
     """The docs' hook table is made from the hook list itself (``docgen``), so a hook without a
     'Called ...' docstring or annotations fails here, not silently on the page."""
-    from accelbench import docgen
+    from accelbench.authoring import docgen
 
     hooks = [name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "accelbench_spec")]
     assert sorted(docgen.hooks()) == hooks == ["register_backends"]
@@ -163,13 +165,15 @@ def test_every_run_config_field_is_declared_once():
     command-line option of a field is made from the field's own flag (name, type, help)."""
     import dataclasses
 
-    from accelbench import cli, validation
-    from accelbench.config import RunConfig
+    from accelbench.cli.run import run
+    from accelbench.cli.train import TRAIN_RUN_FLAGS, train
+    from accelbench.planning.config import RunConfig
+    from accelbench.records import validation
 
     declared = {f.name: f for f in dataclasses.fields(RunConfig)}
     # batch_source is the resolver's note of where the batch came from, never an input
     assert set(validation.load("config")["properties"]) == set(declared) - {"batch_source"}
-    run_options = {p.name: p for p in cli.run.params}
+    run_options = {p.name: p for p in run.params}
     flagged = [f for f in declared.values() if "flag" in f.metadata]
     assert len(flagged) >= 20
     for f in flagged:
@@ -178,8 +182,8 @@ def test_every_run_config_field_is_declared_once():
         assert option.help == spec.help
         assert ("--" + (spec.name or f.name).replace("_", "-")) in option.opts
     # train's run-config options are the same declarations (some with train's own help)
-    train_options = {p.name: p for p in cli.train.params}
-    assert {name for name in cli.TRAIN_RUN_FLAGS} <= set(train_options)
+    train_options = {p.name: p for p in train.params}
+    assert {name for name in TRAIN_RUN_FLAGS} <= set(train_options)
     assert train_options["precision"].help == declared["precision"].metadata["flag"].help
 
 
@@ -188,13 +192,14 @@ def test_every_train_recipe_field_is_declared_once():
     the dataset (``--data``) has one, and the option's name, help and value kind are the field's."""
     import dataclasses
 
-    from accelbench import cli
-    from accelbench.training import TrainSpec
+    from accelbench.cli.options import flagged_fields
+    from accelbench.cli.train import train
+    from accelbench.planning.config import TrainSpec
 
-    train_options = {p.name: p for p in cli.train.params}
+    train_options = {p.name: p for p in train.params}
     fields = {f.name: f for f in dataclasses.fields(TrainSpec)}
-    assert set(cli.flagged_fields(TrainSpec)) == set(fields) - {"dataset"}
-    for name in cli.flagged_fields(TrainSpec):
+    assert set(flagged_fields(TrainSpec)) == set(fields) - {"dataset"}
+    for name in flagged_fields(TrainSpec):
         spec, option = fields[name].metadata["flag"], train_options[name]
         assert option.help == spec.help
         assert ("--" + (spec.name or name).replace("_", "-")) in option.opts
@@ -223,7 +228,7 @@ def test_built_in_environments_are_the_distributions_extras_and_the_host_may_sat
     import tomllib
     from pathlib import Path
 
-    from accelbench import envs
+    from accelbench.environments import python_envs as envs
     from accelbench.plugins.shared.extras import extra
     from accelbench.registry import PluginHost
 
@@ -268,7 +273,7 @@ def _virtio_device(root, name, device_id, features):
     ],
 )
 def test_free_page_reporting_is_read_from_the_balloons_negotiated_features(tmp_path, devices, expected):
-    from accelbench.environment import memory_returned_to_host
+    from accelbench.environments.machine import memory_returned_to_host
 
     root = tmp_path / "virtio" / "devices"
     root.mkdir(parents=True)
@@ -279,7 +284,7 @@ def test_free_page_reporting_is_read_from_the_balloons_negotiated_features(tmp_p
 
 
 def test_a_record_says_whether_this_machine_hands_memory_back_to_its_host(good_record):
-    from accelbench.environment import memory_returned_to_host
+    from accelbench.environments.machine import memory_returned_to_host
 
     environment = good_record["records"][0]["environment"]
     assert environment.get("memory_returned_to_host") is memory_returned_to_host()
@@ -288,8 +293,8 @@ def test_a_record_says_whether_this_machine_hands_memory_back_to_its_host(good_r
 def test_throughput_over_trials_is_pooled_images_over_wall_never_a_mean_of_rates():
     """Trials of different speeds: 80 images in 10 s and 80 in 20 s pool to 160 / 30 = 5.33
     images/sec; the mean of the trials' rates would say 6.0."""
-    from accelbench import records
-    from accelbench.config import RunConfig
+    from accelbench.planning.config import RunConfig
+    from accelbench.records import results as records
 
     trials = [
         records.TrialRow(i, "ok", "", 80, wall, 80 / wall, [wall / 10] * 10, [1.0] * 10) for i, wall in enumerate((10.0, 20.0))
@@ -302,9 +307,10 @@ def test_throughput_over_trials_is_pooled_images_over_wall_never_a_mean_of_rates
 
 
 def test_a_record_without_a_peak_says_why_and_the_table_says_how_to_get_one(monkeypatch, tmp_path):
-    from accelbench import records
-    from accelbench.console import ResultsTable
     from rich.console import Console
+
+    from accelbench.cli.console import ResultsTable
+    from accelbench.records import results as records
 
     flops = records.Flops(per_image=1e9, achieved_per_s=5e10)
     assert records.add_utilisation(flops, None, "cpu") is None
@@ -333,9 +339,9 @@ def test_a_record_without_a_peak_says_why_and_the_table_says_how_to_get_one(monk
 )
 def test_a_refused_config_value_names_its_flag_and_the_rule(data, message):
     """#66: one line that says which flag and what it must be, not the whole block's JSON."""
-    from accelbench import training  # noqa: F401 - declares the train block's flags
-    from accelbench.config import RunConfig
     from accelbench.errors import UsageError
+    from accelbench.execution import training  # noqa: F401 - declares the train block's flags
+    from accelbench.planning.config import RunConfig
 
     with pytest.raises(UsageError) as refused:
         RunConfig.from_dict(data)
@@ -345,7 +351,7 @@ def test_a_refused_config_value_names_its_flag_and_the_rule(data, message):
 def test_a_folder_lock_is_exclusive_bounded_and_leaves_nothing(tmp_path):
     """A second holder (another open of the folder: flock locks belong to open descriptions, so
     this holds between two processes as between two opens in one) waits, here past its bound."""
-    from accelbench import locks
+    from accelbench.environments import locks
 
     order, waited = [], []
     with locks.folder_lock(tmp_path):
@@ -364,7 +370,7 @@ def test_evidence_made_by_a_replaced_method_stands_only_as_superseded(tmp_path):
     unless it sits in a superseded/ folder, where it is rendered as such."""
     import shutil
 
-    from accelbench import evidence
+    from accelbench.analysis import evidence
 
     kept = Path(__file__).parent.parent / "benchmarks" / "results" / "xeon-amx-2core" / "superseded"
     source = sorted(kept.glob("*.json"))[0]

@@ -4,9 +4,12 @@ import json
 import re
 
 import pytest
-from accelbench import cost, environment, validation
-from accelbench.errors import UsageError
 from conftest import a_record, load_records, throughput_of
+
+from accelbench.analysis import cost
+from accelbench.environments import machine as environment
+from accelbench.errors import UsageError
+from accelbench.records import validation
 
 
 def test_images_per_dollar_from_the_study_inputs():
@@ -133,7 +136,7 @@ def test_sweep_run_then_report(accelbench_cli, tmp_path):
 
 
 def test_sweep_figure_has_one_point_per_record():
-    from accelbench import report
+    from accelbench.analysis import report
 
     def rec(batch, ips):
         record = a_record(image_size=224, throughput=throughput_of(ips))
@@ -221,9 +224,9 @@ def test_report_shows_the_comparison_and_groups_workloads(accelbench_cli, tmp_pa
 
 
 def test_figure_titles_fit_their_figures():
-    from accelbench import cost, report
-    from accelbench.blocks import Cost, PriceRef
-    from accelbench.records import ModelRef, Named
+    from accelbench.analysis import cost, report
+    from accelbench.records.blocks import Cost, PriceRef
+    from accelbench.records.results import ModelRef, Named
 
     record = a_record(
         plugin=Named("a-plugin-with-a-long-name", "1"),

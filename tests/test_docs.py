@@ -14,11 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from accelbench import compare as comparing
-from accelbench import docgen, evidence, records
-from accelbench.cli import cli
-from accelbench.console import ComparisonTable, ResultsTable, TrainingTable
 from rich.console import Console
+
+from accelbench.analysis import compare as comparing
+from accelbench.analysis import evidence
+from accelbench.authoring import docgen
+from accelbench.cli import cli
+from accelbench.cli.console import ComparisonTable, ResultsTable, TrainingTable
+from accelbench.records import results as records
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

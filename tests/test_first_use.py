@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from accelbench import datasets, peaks
+
+from accelbench.analysis import peaks
+from accelbench.environments import datasets
 
 #: forked processes: the functions below need no pickling, and the start is quick
 FORK = multiprocessing.get_context("fork")
@@ -59,7 +61,7 @@ def test_processes_that_need_the_digits_at_once_make_them_once(tmp_path, count):
     _, splits = datasets.index_folder(cache / "digits" / "images")
     for examples in splits.values():
         datasets.check_decodable(examples)
-    assert manifest["splits"]["train"]["count"] == len(splits["train"])
+    assert manifest.count("train") == len(splits["train"])
     assert not [p for p in cache.iterdir() if p.name != "digits"]  # nothing half-made left beside it
 
 

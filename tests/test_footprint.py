@@ -6,10 +6,12 @@ to by ``ACCELBENCH_POWERCAP_ROOT``) by a known amount per step.
 """
 
 import pytest
-from accelbench import energy, footprint
-from accelbench.backend import DeviceMemory
-from accelbench.worker import _device_memory
 from conftest import load_records
+
+from accelbench.backend import DeviceMemory
+from accelbench.execution import energy
+from accelbench.execution.worker_main import _device_memory
+from accelbench.records import footprint
 
 MIB = 2**20
 
@@ -191,10 +193,10 @@ def test_start_up_counts_from_the_workers_start_through_prepare_to_the_first_ste
 
 
 def test_sessions_and_one_epoch_train_runs_say_why_they_have_no_start_up_or_energy():
-    from accelbench.records import TrialOutcome
-    from accelbench.runner import TRAIN_MODE_NOTES
-    from accelbench.session import SESSION_NOTES
-    from accelbench.timing import Timing
+    from accelbench.execution.runner import TRAIN_MODE_NOTES
+    from accelbench.execution.session import SESSION_NOTES
+    from accelbench.execution.timing import Timing
+    from accelbench.records.results import TrialOutcome
 
     timing = Timing([0.1], 0.1, 1, 1)
     outcomes = [TrialOutcome("ok", "", timing, footprint_notes=SESSION_NOTES)]
@@ -204,9 +206,9 @@ def test_sessions_and_one_epoch_train_runs_say_why_they_have_no_start_up_or_ener
 
 
 def test_a_multi_worker_trial_sums_its_workers_peaks_and_does_not_add_up_machine_wide_counters():
-    from accelbench.multiworker import merge
-    from accelbench.records import TrialOutcome
-    from accelbench.timing import ProcessUsage, Timing
+    from accelbench.execution.multiworker import merge
+    from accelbench.execution.timing import ProcessUsage, Timing
+    from accelbench.records.results import TrialOutcome
 
     def rank(peak, wall, first):
         usage = ProcessUsage(1.0, 0.1, 0, peak_resident_bytes=peak)
@@ -279,10 +281,11 @@ def test_a_price_per_kwh_that_is_not_positive_is_refused_before_any_worker_start
 
 
 def test_a_record_without_an_energy_figure_gets_an_energy_price_with_the_reason():
-    from accelbench import cost
-    from accelbench.blocks import EnergyCost
-    from accelbench.footprint import Energy
     from conftest import a_record
+
+    from accelbench.analysis import cost
+    from accelbench.records.blocks import EnergyCost
+    from accelbench.records.footprint import Energy
 
     block = cost.energy_cost_block(a_record(energy=Energy(None, None, None, None, reason="no RAPL")), 0.3)
     assert block == EnergyCost(0.3, "USD", None, None, reason="no RAPL")

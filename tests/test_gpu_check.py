@@ -235,7 +235,7 @@ def test_the_summary_holds_the_reference_rows_under_one_header(check, tmp_path):
     ],
 )
 def test_published_peaks(kind, name, precision, devices, tflops):
-    from accelbench import peaks
+    from accelbench.analysis import peaks
 
     peak = peaks.published(kind, name, precision, devices)
     assert (peak.flops_per_s / 1e12 if peak else None) == (pytest.approx(tflops) if tflops else None)
@@ -246,8 +246,9 @@ def test_published_peaks(kind, name, precision, devices, tflops):
 def test_a_gpu_record_gets_its_utilisation(monkeypatch, tmp_path):
     import dataclasses
 
-    from accelbench.records import DeviceRef, Flops, Named, add_utilisation, run_peak
     from conftest import a_record
+
+    from accelbench.records.results import DeviceRef, Flops, Named, add_utilisation, run_peak
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no peak measured on this machine
     environment = dataclasses.replace(
@@ -273,7 +274,7 @@ def test_a_gpu_record_gets_its_utilisation(monkeypatch, tmp_path):
     ],
 )
 def test_each_gpu_gets_its_tuned_stacks_anchor_or_why_it_has_none(gpu, images_per_sec):
-    from accelbench import peaks
+    from accelbench.analysis import peaks
 
     anchor = peaks.training_anchor(gpu)
     assert anchor is not None and anchor.images_per_sec == images_per_sec
@@ -283,7 +284,7 @@ def test_each_gpu_gets_its_tuned_stacks_anchor_or_why_it_has_none(gpu, images_pe
 
 def test_a_gpu_run_is_held_against_the_anchor_and_the_bar(check, tmp_path):
     """The arithmetic of the standing, on a record of the CPU made to say it ran on one H200."""
-    from accelbench import peaks
+    from accelbench.analysis import peaks
 
     anchor = dataclasses.asdict(peaks.training_anchor("NVIDIA H200"))
     source = json.loads(FIXTURE.read_text())

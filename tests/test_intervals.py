@@ -8,9 +8,10 @@ import math
 
 import numpy as np
 import pytest
-from accelbench import stats
-from accelbench.compare import _unpaired
 from conftest import a_record, throughput_of
+
+from accelbench.analysis import stats
+from accelbench.analysis.compare import _unpaired
 
 SIMULATIONS = 1000
 NOISE = 0.03
@@ -19,7 +20,7 @@ IMAGES = 800
 
 def run_record(rates):
     """A record whose trials ran at these rates (what the unpaired analysis reads)."""
-    from accelbench.records import TrialRow
+    from accelbench.records.results import TrialRow
 
     walls = [IMAGES / r for r in rates]
     trials = [TrialRow(i, "ok", "", IMAGES, w, IMAGES / w, [w / 100] * 100, []) for i, w in enumerate(walls)]
@@ -129,7 +130,7 @@ def new_design(pairs: int) -> tuple[float, bool]:
 def sequential_run(rng, truth: float, design: str) -> tuple[str, int, bool]:
     """One simulated --until-decided run on the real interval and verdict code: its verdict, the
     pairs it took, and whether every interval it read covered the truth."""
-    from accelbench.compare import verdict
+    from accelbench.analysis.compare import verdict
 
     logs = rng.normal(math.log(truth), PAIR_NOISE, PAIRS)
     a_first = [i % 2 == 0 for i in range(PAIRS)]

@@ -2,10 +2,11 @@
 for MXNet), with tiny shapes on the CPU. The first test makes the environment (cached)."""
 
 import pytest
-from accelbench.environment import cpu_flags
+from conftest import assert_measured_allocator, assert_measured_huge_pages, executed, load_records, loss_falls, run_backend
+
+from accelbench.environments.machine import cpu_flags
 from accelbench.plugins.jax_flax import hlo
 from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
-from conftest import assert_measured_allocator, assert_measured_huge_pages, executed, load_records, loss_falls, run_backend
 
 pytestmark = pytest.mark.jax
 SMALL = dict(model="resnet_small", image_size=16, num_classes=10)
@@ -44,10 +45,11 @@ def test_flax_resnet50_has_the_reference_parameters_and_flops():
 def test_the_bf16_peak_says_what_xla_compiled_its_product_to():
     import io
 
-    from accelbench import peak_measure
-    from accelbench.console import PeakTable
-    from accelbench.registry import PluginHost
     from rich.console import Console
+
+    from accelbench.cli.console import PeakTable
+    from accelbench.execution import matmul_peak as peak_measure
+    from accelbench.registry import PluginHost
 
     [ref] = PluginHost().select(["jax_flax"])
     outcome = peak_measure.measure(ref, "bf16", "cpu", size=128, repeats=1)
@@ -136,8 +138,8 @@ def test_flax_data_parallel_over_two_local_devices():
 
 def test_two_jax_processes_merge_into_one_record_with_identical_weights():
     """jax.distributed through the plugin's engine: coordinator on loopback, gloo between CPUs."""
-    from accelbench import runner
-    from accelbench.config import RunConfig
+    from accelbench.execution import runner
+    from accelbench.planning.config import RunConfig
     from accelbench.registry import PluginHost
 
     refs = PluginHost().select(["jax_flax"])

@@ -32,7 +32,7 @@ def test_a_record_indexed_by_a_string_key_is_a_type_error(tmp_path):
     """Records are typed end to end: the type checker refuses ``record["status"]`` wherever it
     is written (and at run time it raises, naming the attribute)."""
     (lint.installed_layout(tmp_path) / "consumer.py").write_text(
-        "from accelbench.records import read_results\n\n"
+        "from accelbench.records.results import read_results\n\n"
         "for record in read_results('r.json'):\n"
         "    print(record.status, record['status'])\n"
     )

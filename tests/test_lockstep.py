@@ -13,11 +13,13 @@ import sys
 import time
 
 import pytest
-from accelbench import busy, lockstep, report, stats
-from accelbench.compare import Run, busy_pairs, compare, runs_of
-from accelbench.console import ComparisonTable, ResultsTable
-from accelbench.records import Record
 from conftest import interrupt_as_from_a_terminal, load_records
+
+from accelbench.analysis import report, stats
+from accelbench.analysis.compare import Run, busy_pairs, compare, runs_of
+from accelbench.cli.console import ComparisonTable, ResultsTable
+from accelbench.execution import busy, lockstep
+from accelbench.records.results import Record
 
 #: 20 ms steps in 0.2 s blocks: a pair of the test backends takes about 3 s
 QUICK = ("--option", "step_ms=20", "--warmup-steps", "3", "--block-time", "0.2s", "--blocks", "4")
@@ -426,7 +428,8 @@ def test_blocks_per_pair_is_the_two_stage_optimum_of_measured_variances(within_s
     """b* = sqrt(within * startup / (between * round)), from variances estimated on simulated pairs
     whose true spreads are known (many pairs, so the estimates sit near the truth)."""
     import numpy as np
-    from accelbench import stats
+
+    from accelbench.analysis import stats
 
     rng = np.random.default_rng(7)
     rounds = 8
@@ -510,7 +513,7 @@ def test_an_adaptive_run_sizes_its_last_pair_to_end_within_its_budget(accelbench
 def test_lockstep_is_the_default_where_warm_sides_can_take_turns(devices, workers, mode, expected):
     from types import SimpleNamespace
 
-    from accelbench.cli import _default_schedule
+    from accelbench.cli.run import _default_schedule
 
     plans = [SimpleNamespace(precheck=None, config=SimpleNamespace(device=d)) for d in devices]
     assert _default_schedule(plans, SimpleNamespace(workers=workers, mode=mode)) == expected
@@ -560,7 +563,7 @@ def test_a_lever_that_cannot_be_a_lever_is_refused_before_any_worker(accelbench_
 
 
 def test_a_lever_sets_run_fields_that_change_how_not_what_and_options_for_the_rest():
-    from accelbench.config import LEVER_FIELDS, RunConfig, expand_sweep
+    from accelbench.planning.config import LEVER_FIELDS, RunConfig, expand_sweep
 
     base, lever = expand_sweep(RunConfig(options={"step_ms": 20}, levers=({"inter_op_threads": 1, "scale": 0.8},)))
     assert (base.lever, base.inter_op_threads, base.options) == ({}, None, {"step_ms": 20})

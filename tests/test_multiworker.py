@@ -10,12 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from accelbench import launch, multiworker, netns, runner
-from accelbench.config import RunConfig
-from accelbench.records import TrialOutcome
-from accelbench.registry import PluginHost
-from accelbench.workers import Worker, WorkerFailure
 from conftest import executed
+
+from accelbench import launch
+from accelbench.execution import multiworker, netns, runner
+from accelbench.execution.processes import Worker, WorkerFailure
+from accelbench.planning.config import RunConfig
+from accelbench.records.results import TrialOutcome
+from accelbench.registry import PluginHost
 
 HAS = {
     "tf_benchmarks": importlib.util.find_spec("tensorflow") is not None,
@@ -132,7 +134,7 @@ def _interfaces(pid: int) -> set[str]:
 def test_nothing_a_local_run_opens_is_reachable_beyond_loopback(plugin, tmp_path):
     """TensorFlow's gRPC server binds 0.0.0.0 whatever TF_CONFIG says; in the run's private
     namespace the only interface is loopback, so no engine is reachable from another machine."""
-    from accelbench import netns
+    from accelbench.execution import netns
 
     namespace, network = netns.start()
     if namespace is None:
@@ -351,7 +353,7 @@ def test_a_host_with_several_workers_runs_consecutive_ranks_each_with_its_local_
 
 
 def test_the_per_worker_rows_name_each_ranks_host_and_local_rank():
-    from accelbench.records import TrialOutcome
+    from accelbench.records.results import TrialOutcome
 
     rows = multiworker.per_worker([TrialOutcome("failed", "x"), TrialOutcome("failed", "y")], 2, first_rank=4)
     import socket

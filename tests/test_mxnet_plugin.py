@@ -36,7 +36,7 @@ def test_mxnet_trains_and_records_fp32():
 
 
 def test_mxnet_default_batch_is_the_study_global_768_on_gpu():
-    from accelbench.planning import resolve
+    from accelbench.planning.plan import resolve
     from accelbench.plugins.mxnet_ngc import NgcResNet50
 
     config = resolve(__import__("accelbench").RunConfig(), NgcResNet50.info, "gpu", 4)
@@ -84,7 +84,7 @@ def test_mxnet_conv_biases_stay_zero_while_the_weights_train():
 
 
 def test_mxnet_bf16_runs_through_amp():
-    from accelbench import environment
+    from accelbench.environments import machine as environment
     from accelbench.plugins.mxnet_ngc.training import cpu_bf16_problem
 
     record = run_backend("mxnet_ngc", precision="bf16")
@@ -108,7 +108,7 @@ def test_mxnet_bf16_runs_through_amp():
 
 
 def test_a_users_onednn_ceiling_stands_and_the_record_reads_what_onednn_ran(monkeypatch):
-    from accelbench import environment
+    from accelbench.environments import machine as environment
     from accelbench.plugins.mxnet_ngc.training import cpu_bf16_problem
 
     if cpu_bf16_problem(environment.cpu_flags()):

@@ -4,11 +4,13 @@ import importlib.util
 import os
 
 import pytest
-from accelbench import peak_measure
-from accelbench.environment import cpu_flags, cpu_model
-from accelbench.registry import PluginHost
-from accelbench.timing import Timing
 from conftest import a_record
+
+from accelbench.environments.machine import cpu_flags, cpu_model
+from accelbench.execution import matmul_peak as peak_measure
+from accelbench.execution.protocol import Check, PrepareMatmul, TimeMatmul
+from accelbench.execution.timing import Timing
+from accelbench.registry import PluginHost
 
 FRAMEWORKS = {"tf_benchmarks": "tensorflow", "mxnet_ngc": "mxnet", "torch_ref": "torch"}
 NATIVE_BF16 = bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
@@ -45,7 +47,7 @@ def test_fp16_on_a_cpu_is_refused_with_the_backends_reason():
 
 
 def test_the_cache_keeps_the_higher_of_two_measurements_of_one_key(tmp_path, monkeypatch):
-    from accelbench import peaks
+    from accelbench.analysis import peaks
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     entry = dict(
@@ -67,7 +69,8 @@ def test_the_cache_keeps_the_higher_of_two_measurements_of_one_key(tmp_path, mon
 
 
 def test_a_record_above_its_peak_is_warned_about_not_clamped(monkeypatch):
-    from accelbench import peaks, records
+    from accelbench.analysis import peaks
+    from accelbench.records import results as records
 
     monkeypatch.setattr(peaks, "published", lambda *args: peaks.Peak(100e9, "a low figure"))
     flops = records.Flops(per_image=1e9)
@@ -117,14 +120,14 @@ class _FakeWorker:
     def __init__(self, seconds_per_flop):
         self.seconds_per_flop, self.side, self.calls = seconds_per_flop, None, []
 
-    def call(self, command, *args):
-        from accelbench.timing import Timing
+    def call(self, request):
+        from accelbench.execution.timing import Timing
 
-        self.calls.append((command, *args))
-        if command == "prepare_matmul":
-            self.side = args[0]
+        self.calls.append(request)
+        if isinstance(request, PrepareMatmul):
+            self.side = request.size
             return None
-        timed = args[0]
+        timed = request.calls
         seconds = 2 * self.side**3 * self.seconds_per_flop
         return [Timing(step_times=[seconds] * timed, wall_time_s=timed * seconds, timed_calls=timed, steps_per_call=1)]
 
@@ -133,7 +136,7 @@ class _FakeWorker:
 def test_a_slow_product_is_measured_on_a_smaller_side(gflops, side):
     worker = _FakeWorker(1 / (gflops * 1e9))
     chosen, warning = peak_measure.fitted_size(worker, 2048)
-    assert chosen == side and worker.calls == [("prepare_matmul", 512), ("matmul", 1, 1)]
+    assert chosen == side and worker.calls == [PrepareMatmul(512), TimeMatmul(1, 1)]
     # one product of the chosen side fits the bound, one of twice the side would not
     assert 2 * chosen**3 / (gflops * 1e9) <= peak_measure.SLOW_PRODUCT_S or chosen == peak_measure.PROBE_SIDE
     assert chosen == 2048 or 2 * (2 * chosen) ** 3 / (gflops * 1e9) > peak_measure.SLOW_PRODUCT_S
@@ -161,14 +164,14 @@ class _KnownTimeWorker:
     def __init__(self, ref, config, label, python=None):
         pass
 
-    def call(self, command, *args):
-        if command == "check":
+    def call(self, request):
+        if isinstance(request, Check):
             return None
-        if command == "prepare_matmul":
+        if isinstance(request, PrepareMatmul):
             from accelbench import Prepared
 
             return Prepared(device_name="known cpu", framework_version="1.0")
-        calls, repeats = args
+        calls, repeats = request.calls, request.repeats
         assert repeats == len(self.walls)
         return [Timing(step_times=[w / calls] * calls, wall_time_s=w, timed_calls=calls, steps_per_call=1) for w in self.walls]
 
@@ -191,7 +194,7 @@ def test_mxnet_names_its_peak_as_its_records_name_the_device(monkeypatch):
     """A peak is found by the records of the device it was measured on, by name: MXNet's own
     'gpu(0)' would never match the nvidia-smi name its records carry."""
     from accelbench import api
-    from accelbench.config import RunConfig
+    from accelbench.planning.config import RunConfig
     from accelbench.plugins.mxnet_ngc import training
 
     monkeypatch.setattr(api, "gpus", lambda: [{"name": "NVIDIA H100 NVL", "driver": "580"}])

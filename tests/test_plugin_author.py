@@ -14,10 +14,13 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-import accelbench
 import pytest
-from accelbench import api, envs, scaffold
+
+import accelbench
+from accelbench import api
+from accelbench.authoring import scaffold
 from accelbench.backend import BackendInfo, PluginAPIError
+from accelbench.environments import python_envs as envs
 
 ROOT = Path(__file__).parents[1]
 

@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from accelbench import validation
-from accelbench.contract import ContractViolation
+
+from accelbench.authoring.contract import ContractViolation
+from accelbench.records import validation
 
 
 def run_pytest(testplugins_path, tmp_path, *args):
@@ -99,7 +100,7 @@ def test_benchmark_module_on_a_real_framework_then_compare(testplugins_path, tmp
 
 
 def test_contract_passes_for_a_good_backend_and_catches_an_async_step(testplugins_path, monkeypatch):
-    from accelbench import contract
+    from accelbench.authoring import contract
 
     monkeypatch.syspath_prepend(str(testplugins_path))
     record = contract.check_all("sleepy:fixed-time", options={"step_ms": 2})
@@ -112,7 +113,7 @@ def test_contract_passes_for_a_good_backend_and_catches_an_async_step(testplugin
 def test_the_contract_catches_work_that_spills_past_its_step(testplugins_path, monkeypatch):
     """Back to back a spilling step looks synced (each waits for the last one's work), so the
     step-time check passes it; a step after an idle pause returns early, and that is caught."""
-    from accelbench import contract
+    from accelbench.authoring import contract
 
     monkeypatch.syspath_prepend(str(testplugins_path))
     contract.step_syncs("misbehaving:spilling-step", timed_steps=20)

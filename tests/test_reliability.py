@@ -204,7 +204,7 @@ def test_results_files_are_appended_to_or_replaced_with_force(accelbench_cli, tm
 
 
 def test_nan_is_never_written_and_validate_refuses_it(accelbench_cli, tmp_path):
-    from accelbench import records
+    from accelbench.records import results as records
 
     out = tmp_path / "r.json"
     assert accelbench_cli("run", *SLEEPY, "-o", str(out)).returncode == 0
@@ -329,7 +329,7 @@ def test_concurrent_runs_on_one_results_file_keep_every_record(accelbench_cli, t
 def test_a_writer_that_cannot_get_the_lock_keeps_its_records_beside_the_file(tmp_path, monkeypatch, capsys):
     import fcntl
 
-    from accelbench import records
+    from accelbench.records import results as records
 
     shared = tmp_path / "shared.json"
     [record] = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"][:1]
@@ -347,7 +347,7 @@ def test_a_writer_that_cannot_get_the_lock_keeps_its_records_beside_the_file(tmp
 
 
 def test_two_writers_merge_and_each_replaces_only_its_own_records(tmp_path):
-    from accelbench import records
+    from accelbench.records import results as records
 
     shared = tmp_path / "shared.json"
     base = json.loads((Path(__file__).parent / "fixtures" / "records-1.9.0.json").read_text())["records"]
@@ -369,7 +369,7 @@ def test_a_results_file_read_into_records_and_written_again_is_byte_identical(ac
     """The typed records are the file: a lockstep run's results (trials with blocks and positions,
     a schedule, an environment, memory, start-up, a cost) read with ``Record.from_json`` and
     written again give the same bytes."""
-    from accelbench import records
+    from accelbench.records import results as records
 
     out = tmp_path / "r.json"
     done = accelbench_cli(

@@ -12,10 +12,12 @@ import time
 
 import numpy as np
 import pytest
-from accelbench import schedule, stats
-from accelbench.compare import Run, compare
-from accelbench.errors import UsageError
 from conftest import load_records
+
+from accelbench.analysis import stats
+from accelbench.analysis.compare import Run, compare
+from accelbench.errors import UsageError
+from accelbench.execution import schedule
 
 # 0.4 s trials: at 0.1 s (5 ms steps) a 2-core Zen 3 VM's few-ms stalls moved single trials by
 # 5-10% and left a true 1.00 undecided and a true 1.10 undecided for 17 looks
@@ -44,7 +46,7 @@ def drifting(rate: float = 0.03) -> tuple[str, ...]:
 
 def paired(records):
     """The comparison of two records read from a results file."""
-    from accelbench.records import Record
+    from accelbench.records.results import Record
 
     [result] = compare([Run("a", Record.from_json(records[0])), Run("b", Record.from_json(records[1]))], tolerance=0.03)
     return result

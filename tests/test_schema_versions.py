@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from accelbench import validation
+
+from accelbench.records import validation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VERSIONS = [
@@ -81,7 +82,7 @@ def test_the_schemas_constrain_the_shape_of_names_not_their_values():
 def test_each_earlier_version_reads_into_the_typed_record(version):
     """Every version's records read into ``Record`` (keys absent from older versions read as
     None) and give back the same JSON they were read from."""
-    from accelbench.records import ResultsDocument
+    from accelbench.records.results import ResultsDocument
 
     document = json.loads(fixture(version).read_text())
     read = ResultsDocument.from_json(document)
@@ -92,8 +93,8 @@ def test_each_earlier_version_reads_into_the_typed_record(version):
 
 
 def test_a_key_no_version_declares_is_named(tmp_path):
-    from accelbench.jsonform import FormError
-    from accelbench.records import Record
+    from accelbench.records.jsonform import FormError
+    from accelbench.records.results import Record
 
     record = json.loads(fixture(VERSIONS[-1]).read_text())["records"][0]
     with pytest.raises(FormError, match=r"Record.throughput: unexpected key 'speed'"):

@@ -1,52 +1,25 @@
-"""The package's rooms import each other without a cycle: every ``from .x import`` and ``from .
-import x`` of core, deferred imports inside functions included (an import cycle held apart by
-deferring one side is still a cycle); only imports for annotations (``if TYPE_CHECKING:``) are
-left out, since they never run."""
+"""The package's rooms import each other without a cycle: every import of core and the built-in
+plugins, relative or absolute, deferred imports inside functions included (an import cycle held
+apart by deferring one side is still a cycle); only imports for annotations (``if TYPE_CHECKING:``)
+are left out, since they never run. And core's folders are the layers ``docs/layout.md`` names."""
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 import pytest
 
 CORE = Path(__file__).parents[1] / "core"
+LAYOUT = Path(__file__).parents[1] / "docs" / "layout.md"
+PACKAGE_ROOTS = ((CORE, "accelbench"), (CORE.parent / "plugins", "accelbench.plugins"))
 
 
-def imports_of(path: Path, modules: set[str]) -> set[str]:
-    tree = ast.parse(path.read_text())
-    annotations_only = {
-        id(node)
-        for branch in ast.walk(tree)
-        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
-        for node in ast.walk(branch)
-    }
-    found = set()
-    for node in ast.walk(tree):
-        if id(node) in annotations_only or not isinstance(node, ast.ImportFrom) or node.level != 1:
-            continue
-        found |= {node.module.split(".")[0]} if node.module else {alias.name for alias in node.names}
-    return (found & modules) - {path.stem}
-
-
-def core_graph() -> dict[str, set[str]]:
-    modules = {path.stem for path in CORE.glob("*.py")}
-    return {path.stem: imports_of(path, modules) for path in CORE.glob("*.py")}
-
-
-def test_core_has_no_import_cycle():
-    graph = core_graph()
-    try:
-        order = list(graphlib.TopologicalSorter(graph).static_order())
-    except graphlib.CycleError as cycle:
-        pytest.fail(f"an import cycle among core's modules: {' -> '.join(cycle.args[1])}")
-    assert set(order) == set(graph)
-
-
-def installed_names() -> dict[str, Path]:
+def installed_names(roots=PACKAGE_ROOTS) -> dict[str, Path]:
     """Every module of the package by its installed name: core/ is ``accelbench``, plugins/ is
     ``accelbench.plugins`` (a package's ``__init__`` by the package's name)."""
     found = {}
-    for top, prefix in ((CORE, "accelbench"), (CORE.parent / "plugins", "accelbench.plugins")):
+    for top, prefix in roots:
         for path in top.rglob("*.py"):
             parts = list(path.relative_to(top).with_suffix("").parts)
             parts = parts[:-1] if parts[-1] == "__init__" else parts
@@ -54,10 +27,10 @@ def installed_names() -> dict[str, Path]:
     return found
 
 
-def package_graph() -> dict[str, set[str]]:
+def package_graph(roots=PACKAGE_ROOTS) -> dict[str, set[str]]:
     """Who imports whom across core and the built-in plugins, relative and absolute imports alike
     (deferred ones included, annotations-only ones left out)."""
-    names = installed_names()
+    names = installed_names(roots)
     graph: dict[str, set[str]] = {}
     for name, path in names.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -70,11 +43,16 @@ def package_graph() -> dict[str, set[str]]:
         }
         targets = set()
         for node in ast.walk(tree):
-            if id(node) in annotations_only or not isinstance(node, ast.ImportFrom):
+            if id(node) in annotations_only:
+                continue
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+                continue
+            if not isinstance(node, ast.ImportFrom):
                 continue
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             module = ".".join(filter(None, (base, node.module)))
-            for alias in node.names:  # ``from . import x`` names a module; ``from .x import y`` a name in one
+            for alias in node.names:  # ``from a import x`` may name a module; ``from a.x import y`` a name in one
                 targets.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in names else module)
         graph[name] = {t for t in targets if t in names and t != name and not name.startswith(t + ".")}
     return graph
@@ -84,31 +62,74 @@ def test_core_and_the_plugins_have_no_import_cycle():
     """Plugins too: mxnet_ngc's oneDNN module and its training module, and the TensorFlow
     plugins' common and train-mode modules, imported each other (one side deferred) until
     2026-12-06."""
+    graph = package_graph()
     try:
-        list(graphlib.TopologicalSorter(package_graph()).static_order())
+        list(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as cycle:
         pytest.fail(f"an import cycle: {' -> '.join(cycle.args[1])}")
-    graph = package_graph()
     assert "accelbench.plugins.shared.tf_common" in graph["accelbench.plugins.shared.tf_training"]
     assert "accelbench.plugins.mxnet_ngc.onednn" in graph["accelbench.plugins.mxnet_ngc.training"]
+    # core's absolute imports are read too: the runner imports the worker processes' module
+    assert "accelbench.execution.processes" in graph["accelbench.execution.runner"]
 
 
 def test_the_checker_sees_a_cycle_a_deferred_import_would_hide(tmp_path):
-    (tmp_path / "a.py").write_text("from . import b\n")
-    (tmp_path / "b.py").write_text("def later():\n    from .a import thing\n")
-    (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import thing\n")
-    modules = {"a", "b", "c"}
-    graph = {name: imports_of(tmp_path / f"{name}.py", modules) for name in modules}
-    assert graph == {"a": {"b"}, "b": {"a"}, "c": set()}
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg import b\n")
+    (package / "b.py").write_text("def later():\n    from pkg.a import thing\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import thing\n")
+    graph = package_graph(((package, "pkg"),))
+    assert {name: graph[name] for name in ("pkg.a", "pkg.b", "pkg.c")} == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": set()}
     with pytest.raises(graphlib.CycleError):
         list(graphlib.TopologicalSorter(graph).static_order())
+
+
+def core_folders() -> list[Path]:
+    return sorted(p for p in CORE.iterdir() if (p / "__init__.py").is_file() and p.name != "benchmarks")
+
+
+def test_core_is_in_the_sub_packages_the_layout_page_names():
+    """Each layer is a folder of core, and docs/layout.md names every module of it by its path in
+    core (``execution/runner.py``); a path the page names exists. Only the public surface and the
+    plugin host stand at the top."""
+    page = LAYOUT.read_text()
+    named = set(re.findall(r"`((?:[a-z_]+/)?[a-z_]+\.py)`", page))
+    modules = {str(p.relative_to(CORE)) for folder in core_folders() for p in folder.glob("*.py") if p.name != "__init__.py"}
+    top = {p.name for p in CORE.glob("*.py")}
+    assert modules - named == set(), "modules the layout page does not name"
+    layers = {folder.name for folder in core_folders()}
+    assert modules >= {n for n in named if n.split("/")[0] in layers}, "paths the layout page names that are not there"
+    assert top <= named | {"__init__.py", "__main__.py"}
+    assert top <= {"__init__.py", "__main__.py", "api.py", "hookspecs.py", "errors.py", "backend.py", "launch.py", "registry.py"}
+    assert len(core_folders()) >= 6
+
+
+def stem(name: str) -> str:
+    return name.split("_")[0].removesuffix("s")
+
+
+def test_no_two_modules_side_by_side_have_names_a_reader_confuses():
+    """worker.py beside workers.py, environment.py beside envs.py, peaks.py beside
+    peak_measure.py: siblings whose first word is the same, or one a shortening of the other."""
+    confusable = []
+    for folder in [CORE, *core_folders()]:
+        names = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("__"))
+        names += sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file())
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if stem(a).startswith(stem(b)) or stem(b).startswith(stem(a)):
+                    confusable.append(f"{folder.name}/{a} and {b}")
+    assert confusable == []
+    assert stem("workers") == stem("worker") and stem("envs") in stem("environment") and stem("peak_measure") == stem("peaks")
 
 
 def test_every_room_says_what_it_holds():
     """Each module opens with a docstring (the room's job), as the layout page lists them."""
     missing = [
         path.name
-        for path in sorted(CORE.glob("*.py"))
+        for path in sorted(CORE.rglob("*.py"))
         if path.name != "__main__.py" and not ast.get_docstring(ast.parse(path.read_text()))
     ]
     assert missing == []

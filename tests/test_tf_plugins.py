@@ -62,7 +62,7 @@ TF_ONEDNN_BY_DEFAULT = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "a
 
 @pytest.mark.parametrize("onednn", [None, False])
 def test_the_plugin_turns_onednn_on_unless_its_option_says_false(monkeypatch, onednn):
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
 
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     options = {} if onednn is None else {"onednn": onednn}
@@ -87,7 +87,7 @@ def test_tf_benchmarks_mirrored_over_two_logical_cpus():
 
 
 def test_tf_benchmarks_bf16_records_bf16(monkeypatch, tmp_path):
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
     from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no probe kept: this run's probe reads oneDNN
@@ -115,7 +115,7 @@ def test_tf_benchmarks_bf16_records_bf16(monkeypatch, tmp_path):
     ],
 )
 def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environment, emulated_by):
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
     from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
@@ -136,7 +136,7 @@ def test_a_bf16_record_says_where_tensorflow_emulates_it(monkeypatch, environmen
 
 
 def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
     from accelbench.plugins.shared.cpu_features import NATIVE_BF16_FLAGS
 
     if not cpu_flags() & NATIVE_BF16_FLAGS:

@@ -9,9 +9,10 @@ import time
 from datetime import datetime
 
 import pytest
-from accelbench import timing
-from accelbench.console import LogLines
 from conftest import load_records
+
+from accelbench.cli.console import LogLines
+from accelbench.execution import timing
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +57,7 @@ def test_the_stable_warm_up_ends_when_the_step_time_settles(accelbench_cli, tmp_
 
 
 def test_the_default_is_a_time_box_and_tf_cnn_counts(accelbench_cli, tmp_path):
-    from accelbench.config import DEFAULT_TIME_S, RunConfig, timed_phase
+    from accelbench.planning.config import DEFAULT_TIME_S, RunConfig, timed_phase
 
     assert timed_phase(RunConfig()) == {"timed_steps": None, "time_s": DEFAULT_TIME_S, "warmup": "stable"}
     assert timed_phase(RunConfig(workers=2)) == {"timed_steps": 100, "time_s": None, "warmup": "fixed"}

@@ -4,9 +4,6 @@ import importlib.util
 import json
 
 import pytest
-from accelbench import runner
-from accelbench.config import RunConfig
-from accelbench.registry import PluginHost
 from conftest import (
     assert_cpu_footprint,
     assert_emulated_under_plain_avx512,
@@ -18,6 +15,10 @@ from conftest import (
     loss_falls,
     run_backend,
 )
+
+from accelbench.execution import runner
+from accelbench.planning.config import RunConfig
+from accelbench.registry import PluginHost
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("PyTorch not installed (pip install accelbench[torch])", allow_module_level=True)
@@ -91,7 +92,7 @@ def test_torch_bf16_is_autocast_and_fp16_needs_a_gpu():
 
 
 def test_fp32_records_the_onednn_kernel_it_ran():
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
 
     if "avx2" not in cpu_flags():
         pytest.skip("oneDNN's x86 kernels are what this reads back")
@@ -102,7 +103,7 @@ def test_fp32_records_the_onednn_kernel_it_ran():
 
 
 def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
 
     if not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags():
         pytest.skip("no AVX-512 on this CPU")
@@ -112,7 +113,7 @@ def test_a_onednn_ceiling_below_bf16_is_read_back_as_emulation(monkeypatch):
 
 
 def test_a_onednn_ceiling_below_bf16_is_recorded_as_emulation(monkeypatch):
-    from accelbench.environment import cpu_flags
+    from accelbench.environments.machine import cpu_flags
     from accelbench.plugins.shared.cpu_features import bf16_emulation_warning
 
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the worker inherits the host's environment
@@ -181,6 +182,7 @@ def test_torch_compiles_mode_is_read_back_from_the_compiled_module():
     """``compile_mode`` is read back from what torch.compile set in its compiler's config (no
     compilation needed: the config is fixed when the module is wrapped)."""
     import torch
+
     from accelbench.plugins.torch_ref.training import compile_read_back
 
     layer = torch.nn.Linear(2, 2)

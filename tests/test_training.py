@@ -23,7 +23,7 @@ TARGET = 0.95
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory) -> Path:
     """The digits, converted once for the session through `accelbench data`'s code path."""
-    from accelbench import conversion
+    from accelbench.execution import conversion
     from accelbench.registry import PluginHost
 
     out = tmp_path_factory.mktemp("data") / "digits"
@@ -33,8 +33,9 @@ def digits(tmp_path_factory) -> Path:
 
 def train(digits: Path, plugin: str, **changes) -> dict:
     """One train-mode run through the host (worker process, core's epoch loop), schema-checked."""
-    from accelbench import datasets, runner, training
-    from accelbench.config import RunConfig
+    from accelbench.environments import datasets
+    from accelbench.execution import runner, training
+    from accelbench.planning.config import RunConfig
     from accelbench.registry import PluginHost
 
     run = {k: v for k, v in changes.items() if k not in training.TrainSpec.__dataclass_fields__}
@@ -45,14 +46,15 @@ def train(digits: Path, plugin: str, **changes) -> dict:
 
 
 def test_both_formats_read_back_equal_to_the_digits(digits):
-    from accelbench import datasets
-    from accelbench.conversion import dataset_writers
-    from accelbench.registry import PluginHost
     from PIL import Image
+
+    from accelbench.environments import datasets
+    from accelbench.execution.conversion import dataset_writers
+    from accelbench.registry import PluginHost
 
     manifest = datasets.load(digits)
     # the image folder: torch_ref's and jax_flax's (whose environment is made on first use)
-    assert set(manifest["formats"]) == {"tfrecord", "recordio", "imagefolder"}
+    assert set(manifest.formats) == {"tfrecord", "recordio", "imagefolder"}
     pixels, labels = datasets.digits_pixels()
     sources = {
         split: sorted((digits / "images" / split).glob("*/*.png"), key=lambda p: (int(p.parent.name), p.name))
@@ -63,11 +65,7 @@ def test_both_formats_read_back_equal_to_the_digits(digits):
         assert labels[index] == int(path.parent.name)
         assert np.array_equal(np.asarray(Image.open(io.BytesIO(path.read_bytes()))), pixels[index])
     with dataset_writers(PluginHost().backends()) as writers:
-        stored = {
-            (fmt, split): writer.read([str(digits / f) for f in manifest["formats"][fmt][split]])
-            for fmt, writer in writers.items()
-            for split in sources
-        }
+        stored = {(fmt, split): writer.read(manifest.files(fmt, split)) for fmt, writer in writers.items() for split in sources}
     for (fmt, split), read_back in stored.items():
         expected = [(datasets.file_digest(str(p)), int(p.parent.name)) for p in sources[split]]
         assert sorted(read_back) == sorted(expected), f"{fmt} {split}"
@@ -75,8 +73,7 @@ def test_both_formats_read_back_equal_to_the_digits(digits):
         assert stored["tfrecord", split] == stored["recordio", split] == stored["imagefolder", split]
     first_labels = [label for _, label in stored["tfrecord", "train"][:50]]
     assert len(set(first_labels)) == 10
-    counts = manifest["splits"]
-    assert counts["train"]["count"] + counts["val"]["count"] == len(pixels) == 1797
+    assert manifest.count("train") + manifest.count("val") == len(pixels) == 1797
 
 
 @pytest.mark.parametrize(
@@ -110,7 +107,7 @@ def test_each_framework_trains_the_digits_to_the_target(digits, plugin, precisio
     assert record["config"]["time_s"] is None and record["config"]["warmup"] is None  # epochs, not a time box
     assert record["image_size"] == 8 and record["batch"]["global"] == 64
     # a default resident-memory limit, watched by the host: 3/4 of this machine's memory
-    from accelbench import memwatch
+    from accelbench.execution import memwatch
 
     assert record["config"]["memory_limit_mb"] == int(memwatch.machine_memory_mb() * 0.75)
     assert t["preprocessing"]["augmentation"] == "none"
@@ -215,7 +212,7 @@ def test_the_readme_train_command_then_the_report(accelbench_cli, tmp_path, monk
     every built-in backend to 95%; the report then shows the curves and the table to target."""
     # a fresh accelbench cache, as on a new machine, but for the worker environments: making
     # JAX's costs half a minute and is the session's (test_open_world makes one afresh and uses it)
-    from accelbench import envs
+    from accelbench.environments import python_envs as envs
 
     (tmp_path / "cache" / "accelbench").mkdir(parents=True)
     envs.root().mkdir(parents=True, exist_ok=True)

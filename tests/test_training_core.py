@@ -5,9 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
-from accelbench import datasets, training
+
+from accelbench.environments import datasets
 from accelbench.errors import UsageError
-from accelbench.training import TrainSpec
+from accelbench.execution import training
+from accelbench.planning.config import RunConfig, TrainSpec
 
 
 def spec(**changes) -> TrainSpec:
@@ -73,7 +75,19 @@ def test_a_target_not_reached_is_recorded_with_the_best_accuracy():
 
 
 def test_presets_give_defaults_and_the_user_overrides_them():
-    dataset = {"preset": "small", "root": "/d", "name": "digits", "num_classes": 10, "image": {"height": 8, "width": 8}}
+    dataset = datasets.DatasetManifest(
+        schema_version="1.0.0",
+        name="digits",
+        source="/d/images",
+        preset="small",
+        classes=[str(i) for i in range(10)],
+        num_classes=10,
+        splits={"train": datasets.SplitSize(1437), "val": datasets.SplitSize(360)},
+        image=datasets.ImageFacts(height=8, width=8, channels=1, mean=[0.5], std=[0.2], statistics_images=1437),
+        formats={},
+        verified="",
+        root="/d",
+    )
     data = training.run_config_data(dataset, {"global_batch": None, "precision": "bf16"}, {"max_epochs": 7, "target_top1": None})
     assert data["model"] == "resnet_small" and data["image_size"] == 8 and data["global_batch"] == 64
     assert data["train"]["max_epochs"] == 7 and data["train"]["target_top1"] == 0.95
@@ -102,11 +116,15 @@ def copying_writer(examples, stem):
 
 def test_digits_convert_into_a_verified_manifest(tmp_path):
     manifest = datasets.convert("digits", tmp_path / "out", {"copy": copying_writer})
-    assert manifest["splits"] == {"train": {"count": 1437}, "val": {"count": 360}}
-    assert manifest["num_classes"] == 10 and manifest["image"]["channels"] == 1
-    assert (manifest["image"]["height"], manifest["image"]["width"]) == (8, 8)
+    assert (manifest.count("train"), manifest.count("val")) == (1437, 360)
+    assert manifest.num_classes == 10 and manifest.image.channels == 1
+    assert (manifest.image.height, manifest.image.width) == (8, 8)
     loaded = datasets.load(tmp_path / "out")
-    assert loaded["formats"]["copy"]["train"] == ["copy/train.txt"]
+    assert loaded == manifest and loaded.formats["copy"]["train"] == ["copy/train.txt"]
+    assert loaded.files("copy", "train") == [str((tmp_path / "out" / "copy" / "train.txt").resolve())]
+    assert "root" not in json.loads((tmp_path / "out" / "dataset.json").read_text())  # where it is read from says that
+    with pytest.raises(TypeError, match=r"DatasetManifest since plugin API 2.3: read .image"):
+        loaded["image"]  # a plugin written for API 2.2 is told what to read instead
 
 
 def test_a_failed_round_trip_leaves_nothing_behind(tmp_path):
@@ -140,3 +158,16 @@ def test_a_run_of_several_epochs_excludes_exactly_the_first():
     )
     assert result.steady.warmup_calls == 5 and result.steady.timed_calls == 10
     assert result.steady.warmup_rule == "the first epoch" and result.steady.timed_rule == "the epochs after the first"
+
+
+def test_a_train_config_holds_a_typed_spec_and_hashes_as_its_json():
+    """``RunConfig.train`` is a TrainSpec (read as attributes, by core and the plugins alike); its
+    record form is the same JSON object as before, so a config hash does not change with the type."""
+    data = {"mode": "train", "data": "digits", "train": {"dataset": "/d", "target_top1": 0.9, "max_epochs": 3}}
+    config = RunConfig.from_dict(data)
+    assert isinstance(config.train, TrainSpec) and config.train_spec.max_epochs == 3
+    assert config.to_dict()["train"] == TrainSpec.from_dict(data["train"]).to_dict()
+    assert RunConfig.from_fields(config.to_dict()) == config
+    assert RunConfig.from_fields(config.to_dict()).config_hash() == config.config_hash()
+    with pytest.raises(TypeError, match=r"TrainSpec since plugin API 2.3: read .momentum, not \['momentum'\]"):
+        config.train_spec["momentum"]

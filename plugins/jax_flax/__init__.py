@@ -6,12 +6,22 @@ XLA makes of it is read from the compiled step, ``hlo``) or fp32. JAX needs nump
 
 from __future__ import annotations
 
-import accelbench
-from accelbench import BackendInfo, Option, Prepared, RunConfig
-from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend
+from accelbench.api import (
+    BackendInfo,
+    ClusterRank,
+    DatasetManifest,
+    Engine,
+    LaunchPlan,
+    LocalCluster,
+    Option,
+    Prepared,
+    RunBackend,
+    RunConfig,
+    hookimpl,
+)
 from accelbench.plugins.shared.extras import extra
 
-PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
+PLUGIN_API = "2.3"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "0.1.0"
 
@@ -103,7 +113,7 @@ class FlaxResNet50(RunBackend):
     def matmul(self) -> None:
         self.product(*self.operands).block_until_ready()
 
-    # train mode (accelbench.training): the image folder, decoded by Pillow into numpy batches
+    # train mode (accelbench.execution.training): the image folder, decoded by Pillow into numpy batches
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from accelbench.plugins.shared import imagefolder
 
@@ -114,13 +124,13 @@ class FlaxResNet50(RunBackend):
 
         return imagefolder.read(files)
 
-    def prepare_training(self, config: RunConfig, dataset: dict) -> Prepared:
+    def prepare_training(self, config: RunConfig, dataset: DatasetManifest) -> Prepared:
         from . import dataset as data
 
         self.run = data.JaxDatasetRun(config, dataset)
         return self.run.prepared()
 
 
-@accelbench.hookimpl
+@hookimpl
 def register_backends(register):
     register(FlaxResNet50())

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelbench import Prepared, RunConfig
-from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.api import EVAL_CROP_FRACTION, DatasetManifest, Prepared, RunConfig, describe_preprocessing
 from accelbench.plugins.shared import imagefolder
 
 from .training import JaxRun
@@ -23,7 +22,7 @@ class JaxDatasetRun(JaxRun):
     """JaxRun over a converted dataset: shuffled numpy batches every epoch, core's learning rate
     every step, top-1/top-5 over the held-out split."""
 
-    def __init__(self, config: RunConfig, dataset: dict[str, Any]):
+    def __init__(self, config: RunConfig, dataset: DatasetManifest):
         import numpy
 
         self.dataset, self.spec = dataset, config.train_spec
@@ -31,20 +30,20 @@ class JaxDatasetRun(JaxRun):
         self.rng = numpy.random.default_rng(config.seed)
         self.train_samples = self._samples("train")
         self.val_samples = self._samples("val")
-        self.mean = numpy.asarray(dataset["image"]["mean"], numpy.float32)
-        self.std = numpy.asarray(dataset["image"]["std"], numpy.float32)
+        self.mean = numpy.asarray(dataset.image.mean, numpy.float32)
+        self.std = numpy.asarray(dataset.image.std, numpy.float32)
         self.batches = self._endless()
         self._evaluate = self.jax.jit(self._eval_step)
 
     @property
     def channels(self) -> int:
-        return self.dataset["image"]["channels"]
+        return self.dataset.image.channels
 
     def _recipe(self) -> dict[str, Any]:
         return {
-            "momentum": self.spec["momentum"],
-            "nesterov": self.spec["nesterov"],
-            "weight_decay": self.spec["weight_decay"],
+            "momentum": self.spec.momentum,
+            "nesterov": self.spec.nesterov,
+            "weight_decay": self.spec.weight_decay,
             "learning_rate": 0.0,
         }
 
@@ -52,8 +51,8 @@ class JaxDatasetRun(JaxRun):
         return None, None  # batches come from the dataset
 
     def _samples(self, split: str) -> list[tuple[str, int]]:
-        [folder] = self.dataset["formats"][FORMAT][split]
-        return imagefolder.samples(f"{self.dataset['root']}/{folder}")
+        [folder] = self.dataset.files(FORMAT, split)
+        return imagefolder.samples(folder)
 
     def _endless(self):
         batch = self.config.resolved_global_batch
@@ -77,7 +76,7 @@ class JaxDatasetRun(JaxRun):
         size = self.config.image_size
         with Image.open(path) as opened:
             image = opened.convert("L" if self.channels == 1 else "RGB")
-            if self.spec["augmentation"] == "imagenet":
+            if self.spec.augmentation == "imagenet":
                 image = self._random_resized_crop(image, size) if training else self._center_crop(image, size)
             elif image.size != (size, size):
                 image = image.resize((size, size), Image.Resampling.BILINEAR)

@@ -9,6 +9,7 @@ from functools import partial
 
 import flax.linen as nn
 import jax.numpy as jnp
+
 from accelbench.plugins.shared.model_specs import SMALL_CHANNELS, SMALL_LAYERS
 
 RESNET50_STAGES = (3, 4, 6, 3)

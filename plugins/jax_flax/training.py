@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from accelbench import DeviceMemory, Prepared, RunConfig
-from accelbench.api import training_flops
+from accelbench.api import DeviceMemory, Prepared, RunConfig, training_flops
 
 from . import hlo
 
@@ -105,7 +104,7 @@ class JaxRun:
         recipe = self._recipe()
         self.learning_rate, self.momentum = recipe["learning_rate"], recipe["momentum"]
         self.weight_decay, self.nesterov = recipe["weight_decay"], recipe["nesterov"]
-        self.label_smoothing = (config.train or {}).get("label_smoothing", 0.0)
+        self.label_smoothing = config.train.label_smoothing if config.train else 0.0
         # SGD as optax.sgd composes it (momentum trace, then -learning rate), with the rate an
         # argument of the step so train mode's schedule changes it without recompiling; weight
         # decay on conv and dense kernels only, never batch-norm parameters or biases

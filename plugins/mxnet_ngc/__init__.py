@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 
-import accelbench
-from accelbench import BackendInfo, Option, Prepared, RunConfig
-from accelbench.api import RunBackend
+from accelbench.api import BackendInfo, DatasetManifest, Option, Prepared, RunBackend, RunConfig, hookimpl
 from accelbench.plugins.shared.extras import extra
 from accelbench.plugins.shared.model_specs import RESNET50_VARIANTS
 
 from .engine import DmlcPsEngine
 
-PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
+PLUGIN_API = "2.3"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 
@@ -91,7 +89,7 @@ class NgcResNet50(RunBackend):
     def _product(self):
         return self.mx.nd.FullyConnected(*self.operands, num_hidden=self.size, no_bias=True)
 
-    # train mode (accelbench.training): RecordIO data, core's recipe
+    # train mode (accelbench.execution.training): RecordIO data, core's recipe
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from . import dataset
 
@@ -102,7 +100,7 @@ class NgcResNet50(RunBackend):
 
         return dataset.read_recordio(files)
 
-    def prepare_training(self, config: RunConfig, dataset: dict) -> Prepared:
+    def prepare_training(self, config: RunConfig, dataset: DatasetManifest) -> Prepared:
         from . import dataset as data
 
         self.run = data.GluonDatasetRun(config, dataset)
@@ -121,6 +119,6 @@ def _dtype_name(dtype) -> str:
     return dtype.names[0] if dtype.names else dtype.name  # MXNet's bfloat16 is a named uint16 field
 
 
-@accelbench.hookimpl
+@hookimpl
 def register_backends(register):
     register(NgcResNet50())

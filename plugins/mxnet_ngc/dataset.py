@@ -6,8 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from accelbench import Prepared, RunConfig
-from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.api import EVAL_CROP_FRACTION, DatasetManifest, Prepared, RunConfig, describe_preprocessing
 
 from .training import GluonRun, import_mxnet
 
@@ -39,25 +38,25 @@ class GluonDatasetRun(GluonRun):
     """GluonRun over a converted dataset: ImageRecordIter batches split over the contexts, the
     learning rate set by core every step, and an evaluation pass over the held-out split."""
 
-    def __init__(self, config: RunConfig, dataset: dict[str, Any]):
+    def __init__(self, config: RunConfig, dataset: DatasetManifest):
         self.dataset, self.spec = dataset, config.train_spec
         super().__init__(config)
         nd, shape = self.mx.nd, (1, self._input_channels(), 1, 1)
-        self.mean = [nd.array(dataset["image"]["mean"], ctx=c).reshape(shape) for c in self.contexts]
-        self.std = [nd.array(dataset["image"]["std"], ctx=c).reshape(shape) for c in self.contexts]
-        if self.spec["label_smoothing"]:
+        self.mean = [nd.array(dataset.image.mean, ctx=c).reshape(shape) for c in self.contexts]
+        self.std = [nd.array(dataset.image.std, ctx=c).reshape(shape) for c in self.contexts]
+        if self.spec.label_smoothing:
             self.loss_fn = self.mx.gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)
 
     def _input_channels(self) -> int:
-        return self.dataset["image"]["channels"]
+        return self.dataset.image.channels
 
     def _optimizer(self) -> tuple[str, dict[str, Any]]:
         # weight decay on convolution and dense weights only, as in the TF plugins
         self.net.collect_params(".*gamma|.*beta|.*bias").setattr("wd_mult", 0.0)
-        return ("nag" if self.spec["nesterov"] else "sgd"), {
+        return ("nag" if self.spec.nesterov else "sgd"), {
             "learning_rate": 0.0,
-            "momentum": self.spec["momentum"],
-            "wd": self.spec["weight_decay"],
+            "momentum": self.spec.momentum,
+            "wd": self.spec.weight_decay,
         }
 
     def _inputs(self, dtype: str):
@@ -65,7 +64,7 @@ class GluonDatasetRun(GluonRun):
 
     def _iterator(self, split: str, training: bool):
         cfg, channels = self.config, self._input_channels()
-        rec, idx = (f"{self.dataset['root']}/{name}" for name in self.dataset["formats"]["recordio"][split])
+        rec, idx = self.dataset.files("recordio", split)
         return self.mx.io.ImageRecordIter(
             path_imgrec=rec,
             path_imgidx=idx,
@@ -79,8 +78,8 @@ class GluonDatasetRun(GluonRun):
         )
 
     def _augmentation(self, training: bool) -> dict[str, Any]:
-        size, stored = self.config.image_size, (self.dataset["image"]["height"], self.dataset["image"]["width"])
-        if self.spec["augmentation"] == "imagenet":
+        size, stored = self.config.image_size, (self.dataset.image.height, self.dataset.image.width)
+        if self.spec.augmentation == "imagenet":
             if training:
                 return {
                     "random_resized_crop": True,
@@ -109,7 +108,7 @@ class GluonDatasetRun(GluonRun):
         return [((x - m) / s, y) for x, y, m, s in zip(images, labels, self.mean, self.std)]
 
     def _step(self, pairs) -> float:
-        smoothing, classes = self.spec["label_smoothing"], self.config.num_classes
+        smoothing, classes = self.spec.label_smoothing, self.config.num_classes
         if smoothing:
             nd = self.mx.nd
             pairs = [
@@ -161,6 +160,6 @@ class GluonDatasetRun(GluonRun):
         prepared.settings.update(
             preprocessing=self.preprocessing(),
             learning_rate="set every step by core's schedule",
-            label_smoothing=self.spec["label_smoothing"],
+            label_smoothing=self.spec.label_smoothing,
         )
         return prepared

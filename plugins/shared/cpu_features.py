@@ -1,5 +1,5 @@
 """What this CPU runs natively: the one helper the built-in plugins share for it (from the flags
-core reads, ``accelbench.environment.cpu_flags``, the ceiling oneDNN is given in the environment,
+core reads, ``accelbench.environments.machine.cpu_flags``, the ceiling oneDNN is given in the environment,
 and what oneDNN's verbose log says it ran; no framework is imported here)."""
 
 from __future__ import annotations

@@ -16,8 +16,19 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from accelbench import DeviceMemory, Option, Prepared, RunConfig
-from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError, training_flops
+from accelbench.api import (
+    ClusterRank,
+    DeviceMemory,
+    Engine,
+    LaunchPlan,
+    LocalCluster,
+    Option,
+    Prepared,
+    RunBackend,
+    RunConfig,
+    UsageError,
+    training_flops,
+)
 from accelbench.plugins.shared.cpu_features import (
     OnednnProbe,
     bf16_emulation_from_onednn,

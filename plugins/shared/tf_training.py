@@ -12,8 +12,7 @@ import hashlib
 import os
 from typing import Any
 
-from accelbench import Prepared, RunConfig
-from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.api import EVAL_CROP_FRACTION, DatasetManifest, Prepared, RunConfig, describe_preprocessing
 from accelbench.plugins.shared.tf_common import Recipe, TrainingRun, import_tensorflow
 
 #: examples per TFRecord shard (~140 MB of ImageNet JPEGs, as Google's conversion makes)
@@ -72,16 +71,16 @@ class DatasetRun(TrainingRun):
     """TrainingRun over a converted dataset: tf.data pipelines instead of synthetic tensors, the
     learning rate set by core every step, and an evaluation pass over the held-out split."""
 
-    def __init__(self, config: RunConfig, dataset: dict[str, Any]):
+    def __init__(self, config: RunConfig, dataset: DatasetManifest):
         self.dataset = dataset
         self.spec = config.train_spec
-        self.channels = dataset["image"]["channels"]
+        self.channels = dataset.image.channels
         recipe = Recipe(
-            weight_decay=self.spec["weight_decay"],
-            momentum=self.spec["momentum"],
-            nesterov=self.spec["nesterov"],
-            label_smoothing=self.spec["label_smoothing"],
-            base_learning_rate=self.spec["base_learning_rate"],
+            weight_decay=self.spec.weight_decay,
+            momentum=self.spec.momentum,
+            nesterov=self.spec.nesterov,
+            label_smoothing=self.spec.label_smoothing,
+            base_learning_rate=self.spec.base_learning_rate,
         )
         super().__init__(config, recipe)
         self._evaluate_batch = self._compile_evaluation()
@@ -120,7 +119,7 @@ class DatasetRun(TrainingRun):
     # --- input pipelines -----------------------------------------------------------------------
 
     def _files(self, split: str) -> list[str]:
-        return [os.path.join(self.dataset["root"], f) for f in self.dataset["formats"]["tfrecord"][split]]
+        return self.dataset.files("tfrecord", split)
 
     def _pipeline(self, split: str, training: bool):
         tf, cfg = self.tf, self.config
@@ -135,7 +134,7 @@ class DatasetRun(TrainingRun):
             deterministic=True,
         )
         if training:
-            count = self.dataset["splits"]["train"]["count"]
+            count = self.dataset.count("train")
             data = data.shuffle(min(count, SHUFFLE_BUFFER), seed=cfg.seed, reshuffle_each_iteration=True).repeat()
         data = data.map(lambda record: self._parse(record, training), num_parallel_calls=tf.data.AUTOTUNE)
         return data.batch(cfg.resolved_global_batch, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
@@ -147,14 +146,14 @@ class DatasetRun(TrainingRun):
             {"image/encoded": tf.io.FixedLenFeature([], tf.string), "image/class/label": tf.io.FixedLenFeature([], tf.int64)},
         )
         image = tf.io.decode_image(parsed["image/encoded"], channels=self.channels, expand_animations=False)
-        image = self._augment(image, training) if self.spec["augmentation"] == "imagenet" else self._fit(image)
-        mean = tf.constant(self.dataset["image"]["mean"], tf.float32)
-        std = tf.constant(self.dataset["image"]["std"], tf.float32)
+        image = self._augment(image, training) if self.spec.augmentation == "imagenet" else self._fit(image)
+        mean = tf.constant(self.dataset.image.mean, tf.float32)
+        std = tf.constant(self.dataset.image.std, tf.float32)
         return (tf.cast(image, tf.float32) - mean) / std, tf.cast(parsed["image/class/label"], tf.int32)
 
     def _fit(self, image):
         """No augmentation: the image as stored, resized only when it is not the training size."""
-        size, stored = self.config.image_size, (self.dataset["image"]["height"], self.dataset["image"]["width"])
+        size, stored = self.config.image_size, (self.dataset.image.height, self.dataset.image.width)
         if stored == (size, size):
             return self.tf.ensure_shape(image, (size, size, self.channels))
         return self.tf.image.resize(image, (size, size))
@@ -222,7 +221,7 @@ class DatasetRun(TrainingRun):
 
 
 class TrainMode:
-    """Train mode (``accelbench.training``) for a ``TfBackend``: TFRecord data, core's recipe. A
+    """Train mode (``accelbench.execution.training``) for a ``TfBackend``: TFRecord data, core's recipe. A
     backend class takes it first, ``class MyBackend(TrainMode, TfBackend)``, so that this module,
     which builds on ``tf_common``, is never imported by it."""
 
@@ -234,6 +233,6 @@ class TrainMode:
     def read_dataset(self, files: list[str]) -> list[tuple[str, int]]:
         return read_tfrecords(files)
 
-    def prepare_training(self, config: RunConfig, dataset: dict[str, Any]) -> Prepared:
+    def prepare_training(self, config: RunConfig, dataset: DatasetManifest) -> Prepared:
         self.run = DatasetRun(config, dataset)
-        return self.run.prepared({"protocol": "train mode (accelbench.training recipe)"})
+        return self.run.prepared({"protocol": "train mode (accelbench.execution.training recipe)"})

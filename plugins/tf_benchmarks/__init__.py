@@ -7,14 +7,13 @@ same measurement on TensorFlow 2.21 (Keras 2 via tf-keras; see ``tf_common``).
 
 from __future__ import annotations
 
-import accelbench
-from accelbench import BackendInfo, Option, RunConfig
+from accelbench.api import BackendInfo, Option, RunConfig, hookimpl
 from accelbench.plugins.shared.extras import extra
 from accelbench.plugins.shared.model_specs import RESNET50_VARIANTS
 from accelbench.plugins.shared.tf_common import ONEDNN_OPTION, Recipe, TfBackend
 from accelbench.plugins.shared.tf_training import TrainMode
 
-PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
+PLUGIN_API = "2.3"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 # tf_cnn_benchmarks' defaults: momentum 0.9 (Nesterov), weight decay 4e-5
@@ -51,6 +50,6 @@ class TfCnnResNet50(TrainMode, TfBackend):
         return Recipe(weight_decay=WEIGHT_DECAY, jit_compile=bool(config.options.get("jit_compile", False)))
 
 
-@accelbench.hookimpl
+@hookimpl
 def register_backends(register):
     register(TfCnnResNet50())

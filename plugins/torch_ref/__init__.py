@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import os
 
-import accelbench
-from accelbench import BackendInfo, Option, Prepared, RunConfig
-from accelbench.api import ClusterRank, Engine, LaunchPlan, LocalCluster, RunBackend, UsageError
+from accelbench.api import (
+    BackendInfo,
+    ClusterRank,
+    DatasetManifest,
+    Engine,
+    LaunchPlan,
+    LocalCluster,
+    Option,
+    Prepared,
+    RunBackend,
+    RunConfig,
+    UsageError,
+    hookimpl,
+)
 from accelbench.plugins.shared.cpu_features import onednn_unread
 from accelbench.plugins.shared.extras import extra
 
-PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
+PLUGIN_API = "2.3"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 #: the worker's ``init_process_group`` method: a file for local runs, else ``env://``
@@ -189,7 +200,7 @@ class TorchResNet50(RunBackend):
         self.sync()
         del torch_product
 
-    # train mode (accelbench.training): an image folder through torchvision, core's recipe
+    # train mode (accelbench.execution.training): an image folder through torchvision, core's recipe
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from . import dataset
 
@@ -200,13 +211,13 @@ class TorchResNet50(RunBackend):
 
         return dataset.read_imagefolder(files)
 
-    def prepare_training(self, config: RunConfig, dataset: dict) -> Prepared:
+    def prepare_training(self, config: RunConfig, dataset: DatasetManifest) -> Prepared:
         from . import dataset as data
 
         self.run = data.TorchDatasetRun(config, dataset)
         return self.run.prepared()
 
 
-@accelbench.hookimpl
+@hookimpl
 def register_backends(register):
     register(TorchResNet50())

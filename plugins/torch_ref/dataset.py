@@ -13,8 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from accelbench import Prepared, RunConfig
-from accelbench.api import EVAL_CROP_FRACTION, describe_preprocessing
+from accelbench.api import EVAL_CROP_FRACTION, DatasetManifest, Prepared, RunConfig, describe_preprocessing
 from accelbench.plugins.shared import imagefolder
 
 from .training import TorchRun
@@ -59,7 +58,7 @@ class TorchDatasetRun(TorchRun):
     """TorchRun over a converted dataset: DataLoader batches, the learning rate set by core every
     step, and an evaluation pass over the held-out split."""
 
-    def __init__(self, config: RunConfig, dataset: dict[str, Any]):
+    def __init__(self, config: RunConfig, dataset: DatasetManifest):
         self.dataset, self.spec = dataset, config.train_spec
         super().__init__(config)
         torch = self.torch
@@ -67,18 +66,18 @@ class TorchDatasetRun(TorchRun):
         self.val_loader = self._loader("val", training=False)
         self.batches = self._endless()
         shape = (1, self.channels, 1, 1)
-        self.mean = torch.tensor(dataset["image"]["mean"], device=self.device).reshape(shape)
-        self.std = torch.tensor(dataset["image"]["std"], device=self.device).reshape(shape)
+        self.mean = torch.tensor(dataset.image.mean, device=self.device).reshape(shape)
+        self.std = torch.tensor(dataset.image.std, device=self.device).reshape(shape)
 
     @property
     def channels(self) -> int:
-        return self.dataset["image"]["channels"]
+        return self.dataset.image.channels
 
     def _recipe(self) -> dict[str, Any]:
         return {
-            "momentum": self.spec["momentum"],
-            "nesterov": self.spec["nesterov"],
-            "weight_decay": self.spec["weight_decay"],
+            "momentum": self.spec.momentum,
+            "nesterov": self.spec.nesterov,
+            "weight_decay": self.spec.weight_decay,
             "learning_rate": 0.0,
         }
 
@@ -89,8 +88,8 @@ class TorchDatasetRun(TorchRun):
         from torchvision import transforms
 
         size = self.config.image_size
-        stored = (self.dataset["image"]["height"], self.dataset["image"]["width"])
-        if self.spec["augmentation"] == "imagenet":
+        stored = (self.dataset.image.height, self.dataset.image.width)
+        if self.spec.augmentation == "imagenet":
             steps = (
                 [transforms.RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)), transforms.RandomHorizontalFlip()]
                 if training
@@ -102,8 +101,8 @@ class TorchDatasetRun(TorchRun):
 
     def _loader(self, split: str, training: bool):
         torch, cfg = self.torch, self.config
-        [folder] = self.dataset["formats"][FORMAT][split]
-        data = image_folder(f"{self.dataset['root']}/{folder}", self._transform(training), self.channels)
+        [folder] = self.dataset.files(FORMAT, split)
+        data = image_folder(folder, self._transform(training), self.channels)
         return torch.utils.data.DataLoader(
             data,
             batch_size=cfg.resolved_global_batch,
@@ -165,6 +164,6 @@ class TorchDatasetRun(TorchRun):
         prepared.settings.update(
             preprocessing=self.preprocessing(),
             learning_rate="set every step by core's schedule",
-            label_smoothing=self.spec["label_smoothing"],
+            label_smoothing=self.spec.label_smoothing,
         )
         return prepared

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from accelbench import DeviceMemory, Prepared, RunConfig
-from accelbench.api import training_flops
+from accelbench.api import DeviceMemory, Prepared, RunConfig, training_flops
 from accelbench.plugins.shared.cpu_features import (
     bf16_emulation_from_onednn,
     c_stdout_captured,
@@ -265,7 +264,7 @@ class TorchRun:
         """One step's work after its gradients were cleared; the loss, on the device."""
         with self._autocast():
             logits = self.net(images)
-        smoothing = (self.config.train or {}).get("label_smoothing", 0.0)
+        smoothing = self.config.train.label_smoothing if self.config.train else 0.0
         loss = self.torch.nn.functional.cross_entropy(logits.float(), labels, label_smoothing=smoothing)  # fp32 loss
         if self.scaler:
             self.scaler.scale(loss).backward()

@@ -9,13 +9,12 @@ Model and step code are shared with tf_benchmarks (``accelbench.plugins.shared.t
 
 from __future__ import annotations
 
-import accelbench
-from accelbench import BackendInfo, Option, RunConfig
+from accelbench.api import BackendInfo, Option, RunConfig, hookimpl
 from accelbench.plugins.shared.extras import extra
 from accelbench.plugins.shared.tf_common import ONEDNN_OPTION, Recipe, TfBackend
 from accelbench.plugins.shared.tf_training import TrainMode
 
-PLUGIN_API = "2.2"  # the plugin API this built-in is written for, checked as a third-party one's
+PLUGIN_API = "2.3"  # the plugin API this built-in is written for, checked as a third-party one's
 
 VERSION = "1.0.0"
 WEIGHT_DECAY = 1e-4
@@ -61,6 +60,6 @@ def steps_per_loop(config: RunConfig):
     return config.options.get("steps_per_loop", DEFAULT_STEPS_PER_LOOP.get(config.device, 10))
 
 
-@accelbench.hookimpl
+@hookimpl
 def register_backends(register):
     register(OfficialTpuResNet50())

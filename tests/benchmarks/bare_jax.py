@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy
 import optax
-from accelbench.plugins.jax_flax.model import ResNet
 from bare_timing import time_steps
+
+from accelbench.plugins.jax_flax.model import ResNet
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])

@@ -23,8 +23,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from accelbench import compare, environment, stats
-from accelbench.records import read_results
+from accelbench.analysis import compare, stats
+from accelbench.environments import machine as environment
+from accelbench.records.results import read_results
 
 #: case -> (schedule flags, a one-core hog beside the run?). Rounds keep `accelbench run`'s own
 #: trial length for --until runs; lockstep's stable warm-up may take up to 30 steps (MXNet's step

@@ -24,9 +24,10 @@ import ctypes.util
 import sys
 from pathlib import Path
 
-from accelbench import allocators
 from bench_overhead import alternate, paired, run_accelbench
 from bench_reference import machine_header
+
+from accelbench.execution import allocators
 
 PLUGINS = {
     "tf": ["--plugin", "tf_benchmarks", "--variant", "v1.5", "--precision", "fp32"],

@@ -21,8 +21,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from accelbench.records import Record, read_results
-from accelbench.schedule import round_order
+from accelbench.execution.schedule import round_order
+from accelbench.records.results import Record, read_results
 
 HERE = Path(__file__).parent
 MIN_RATIO = 0.98
@@ -136,7 +136,7 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
     for a framework the host lacks);
     ``keep``: a folder its JSON line (with kernel time and page faults per step) is saved into;
     ``env``: variables added to its environment."""
-    from accelbench import allocators
+    from accelbench.execution import allocators
 
     script, *rest = command
     out = subprocess.run(
@@ -156,7 +156,7 @@ def run_bare(command, batch, warmup, timed, allocator="system", python=sys.execu
 
 def alternate(name, runners, rounds, burn_in=False, go_on=None):
     """Run every runner once per round, in reversed order every other round (``accelbench run``'s
-    round order, ``accelbench.schedule.round_order``), so slow drift of a shared machine cancels
+    round order, ``accelbench.execution.schedule.round_order``), so slow drift of a shared machine cancels
     out. runners: {label: () -> (images, wall seconds)}. Returns pooled images/sec per label (all
     images / all wall time, never a mean of rates) and each round's.
 
@@ -191,7 +191,7 @@ def alternate(name, runners, rounds, burn_in=False, go_on=None):
 def paired(per_round, a, b, confidence=0.95):
     """The ratio a/b over ``alternate``'s rounds with its interval (95% unless said; accelbench's
     paired-round statistics); which ran first in each round is read from the round's own order."""
-    from accelbench.stats import paired_ratio
+    from accelbench.analysis.stats import paired_ratio
 
     a_first = [list(rates).index(a) < list(rates).index(b) for rates in per_round]
     return paired_ratio([r[a] for r in per_round], [r[b] for r in per_round], a_first, confidence)
@@ -201,7 +201,7 @@ def bar_verdict(ci):
     """Where an interval of the ratio plugin / reference stands against the bar "at least the
     reference", with the benchmarks' margin (``MIN_RATIO``): core's non-inferiority verdict
     (``accelbench compare --margin``): ahead, not behind, behind or undecided."""
-    from accelbench.compare import margin_verdict
+    from accelbench.analysis.compare import margin_verdict
 
     return margin_verdict(ci, 1 - MIN_RATIO)
 

@@ -24,8 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from accelbench import stats
-from accelbench.records import Record, read_results
+
+from accelbench.analysis import stats
+from accelbench.records.results import Record, read_results
 
 PLUGINS = ("tf_benchmarks", "mxnet_ngc", "torch_ref")
 

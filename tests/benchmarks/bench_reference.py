@@ -441,7 +441,7 @@ class Looks:
     ``rounds`` rounds, and after each round added, the paired interval is read against the bar
     (``bar_verdict``), and rounds are added while it is undecided, up to ``max_rounds``. Reading
     an interval after every round would decide wrongly more often than 5%, so look k's interval is
-    at the confidence core spends on it (``accelbench.stats.sequential_confidence``: the 5% split as
+    at the confidence core spends on it (``accelbench.analysis.stats.sequential_confidence``: the 5% split as
     0.05 / (k (k + 1)) over any number of looks). A fixed number of rounds is one plain 95% look."""
 
     def __init__(self, rounds, max_rounds, unit="round"):
@@ -451,7 +451,7 @@ class Looks:
     @property
     def confidence(self):
         """The confidence of the last look's interval (95% where no look was sequential)."""
-        from accelbench.stats import sequential_confidence
+        from accelbench.analysis.stats import sequential_confidence
 
         return sequential_confidence(self.looks) if self.looks else 0.95
 
@@ -590,7 +590,7 @@ def shipped_malloc(choice, seen):
 
 def plugin_malloc(seen):
     """The variables that give a process the malloc the plugin's worker had, and its huge pages."""
-    from accelbench import allocators
+    from accelbench.execution import allocators
 
     return allocators.worker_environment(malloc_of(seen), huge_pages_of(seen))
 
@@ -642,7 +642,7 @@ def pairs_misuse(options):
 
 
 def machine_header():
-    from accelbench import environment
+    from accelbench.environments import machine as environment
 
     env = environment.collect()
     accelerators = "".join(

@@ -8,7 +8,7 @@ while the steps within a trial varied 3-7%: rounds of fresh processes pair trial
 apart and inherit the drift; blocks of two seconds, one right after the other, share it.
 
 What is compared is each side's warm steady state. The plugin's side is accelbench's own lockstep
-side (``accelbench.lockstep.Side``: the worker ``accelbench run`` starts, with the environment it
+side (``accelbench.execution.lockstep.Side``: the worker ``accelbench run`` starts, with the environment it
 gives it, warmed up by the config's rule, its blocks timed in the worker and the worker stopped
 between them, exactly as ``accelbench run --schedule lockstep`` drives it); the bare loop times
 its own blocks (``bare_timing.py``). Neither side's start-up is in it: rounds of whole
@@ -16,7 +16,7 @@ its own blocks (``bare_timing.py``). Neither side's start-up is in it: rounds of
 
 Every side is parked alike while another runs its block: stopped (SIGSTOP) right after its block
 and continued (SIGCONT) right before its next, then given core's settling pause
-(``accelbench.lockstep.SETTLE_S``). A waiting framework is not idle (an OpenMP runtime spins its
+(``accelbench.execution.lockstep.SETTLE_S``). A waiting framework is not idle (an OpenMP runtime spins its
 threads for a while after a parallel region), and on the Zen 4 VM the TF plugin's 1-step blocks
 ran ~5% faster after 1.5 s stopped than after 1.5 s waiting in a pipe read: a side parked another
 way than its peer would be favoured or penalised by it.
@@ -33,9 +33,9 @@ process — where its memory landed, how its threads were placed, which kernels 
 picked. On the Zen 4 VM two lockstep runs of the same case 50 minutes apart decided opposite ways
 (jax_flax bf16 at batch 32: 0.952 (0.930-0.974), then 1.040 (1.014-1.067)): the rounds' interval
 is the spread of blocks, not of processes. With several pairs, each opened afresh (the side that
-starts first, and blocks first, alternating from pair to pair as ``accelbench.schedule.round_order``
+starts first, and blocks first, alternating from pair to pair as ``accelbench.execution.schedule.round_order``
 orders them), one pair is one unit: its ratio is the two sides' images over seconds within it, and
-the interval is over pairs (``accelbench.stats.paired_ratio``), as ``accelbench compare`` decides a
+the interval is over pairs (``accelbench.analysis.stats.paired_ratio``), as ``accelbench compare`` decides a
 lockstep run's.
 """
 
@@ -50,10 +50,11 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from accelbench.lockstep import SETTLE_S
-from accelbench.schedule import round_order
 from bare_timing import ANSWER, LOCKSTEP, READY
 from bench_overhead import HERE, alternate, kept, learn
+
+from accelbench.execution.lockstep import SETTLE_S
+from accelbench.execution.schedule import round_order
 
 #: a lockstep case holds its worker for many blocks; the worker's timeout counts per phase
 SESSION_TIMEOUT_S = 6 * 3600.0
@@ -69,7 +70,7 @@ def whole(steps, per, unit):
 
 def run_config(args, batch):
     """The plugin and RunConfig of a case's ``accelbench run`` arguments (flag, value pairs)."""
-    from accelbench.config import RunConfig, parse_option
+    from accelbench.planning.config import RunConfig, parse_option
 
     fields, options, plugin = {"global_batch": batch, "timeout_s": SESSION_TIMEOUT_S}, {}, None
     for flag, value in zip(args[::2], args[1::2]):
@@ -86,16 +87,18 @@ def run_config(args, batch):
 
 class PluginSide:
     """The plugin's worker as ``accelbench run --schedule lockstep`` drives it: core's lockstep side
-    (``accelbench.lockstep.Side``), opened (checked, prepared, warmed up by a fixed warm-up of
+    (``accelbench.execution.lockstep.Side``), opened (checked, prepared, warmed up by a fixed warm-up of
     ``warmup`` steps and one more timed call) and parked; ``block(steps)`` continues it, times that
     many steps in one timing loop in the worker and parks it again."""
 
     def __init__(self, args, batch, warmup):
-        from accelbench import environment, envs, runner
-        from accelbench.lockstep import Side, SideUnavailable
-        from accelbench.records import RunContext
+        from accelbench.environments import machine as environment
+        from accelbench.environments import python_envs as envs
+        from accelbench.execution import runner
+        from accelbench.execution.lockstep import Side, SideUnavailable
+        from accelbench.execution.processes import WorkerFailure
+        from accelbench.records.results import RunContext
         from accelbench.registry import PluginHost
-        from accelbench.workers import WorkerFailure
 
         plugin, config = run_config(args, batch)
         [item] = runner.plan(PluginHost().select([plugin]), config.replace(warmup_steps=warmup, warmup="fixed"))
@@ -132,7 +135,7 @@ class PluginSide:
     def record(self, timed_by):
         """The record of the blocks so far (of the process's first call alone before any block),
         as ``accelbench run`` builds a lockstep side's."""
-        from accelbench.records import TrialOutcome, build
+        from accelbench.records.results import TrialOutcome, build
 
         side = self.side
         first = TrialOutcome("ok", "", side.first_call, side.prepared, startup=side.startup)
@@ -213,7 +216,7 @@ class ShippedSide:
     removed when the side closes."""
 
     def __init__(self, command, step_line, batch, warmup, cwd=None, env=None, scratch=None, steps_per_line=1):
-        from accelbench.worker import die_with_parent
+        from accelbench.execution.worker_main import die_with_parent
 
         self.step_line, self.batch, self.scratch = step_line, batch, scratch
         self.steps_per_line = steps_per_line
@@ -293,7 +296,7 @@ def sides(args, reference_side, batch, warmup, seen, keep=None, reference_first=
             reference = reference_side(seen)
         yield plugin, reference
         if keep is not None:
-            from accelbench.records import write_results
+            from accelbench.records.results import write_results
 
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
             # a results file as accelbench run writes one, validated against the schema

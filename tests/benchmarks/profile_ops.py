@@ -81,10 +81,10 @@ def category(name: str) -> str:
 
 def prepare(plugin: str, variant: str | None, batch: int, inter_op_threads: int | None, options: dict | None = None):
     """The plugin's backend, prepared exactly as a worker prepares it (process settings first)."""
-    from accelbench import runner
-    from accelbench.config import RunConfig
+    from accelbench.execution import runner
+    from accelbench.execution.worker_main import apply_process_settings
+    from accelbench.planning.config import RunConfig
     from accelbench.registry import PluginHost
-    from accelbench.worker import apply_process_settings
 
     [ref] = PluginHost().select([plugin])
     [plan] = runner.plan(
@@ -238,9 +238,9 @@ def main():
         return
     if args.plugin == "mxnet_ngc":  # before MXNet is imported (in prepare)
         os.environ.setdefault("MXNET_EXEC_BULK_EXEC_TRAIN", "0")
-    from accelbench.cli import _option  # KEY=VALUE as accelbench run's --option reads it
+    from accelbench.planning.config import parse_option  # KEY=VALUE as accelbench run's --option reads it
 
-    backend = prepare(args.plugin, args.variant, args.batch, args.inter_op_threads, dict(map(_option, args.option)))
+    backend = prepare(args.plugin, args.variant, args.batch, args.inter_op_threads, dict(map(parse_option, args.option)))
     for _ in range(args.warmup):
         backend.step()
     rate, cpu = unprofiled(backend, args.batch, args.steps)

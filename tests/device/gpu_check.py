@@ -11,7 +11,7 @@ that would not fit is skipped and says so; the summary always gets its reserve):
 
 1. header: the GPU's name, driver and CUDA version (nvidia-smi), per precision the published
    peak the records measure utilisation against, and the tuned stack's published ResNet-50
-   images/sec per GPU that the runs are held against (``accelbench.peaks``, each with its source);
+   images/sec per GPU that the runs are held against (``accelbench.analysis.peaks``, each with its source);
 2. install: one virtual environment ``.venv-gpu`` (kept while the machine stays warm, so a second
    call skips it) with accelbench and the CUDA builds: ``tensorflow[and-cuda]`` 2.21 and tf-keras,
    and MXNet 1.9.1's newest CUDA build (``mxnet-cu117``, which predates this GPU generation: its
@@ -108,7 +108,7 @@ INSTALLS = (
     ("MXNet 1.9.1 CUDA", ["mxnet-cu117==1.9.1", "numpy>=1.26,<1.27"]),
 )
 #: #57's bar: each plugin's best mixed precision at this share of the tuned stack's per-GPU
-#: ResNet-50 throughput (``accelbench.peaks.training_anchor``) or more
+#: ResNet-50 throughput (``accelbench.analysis.peaks.training_anchor``) or more
 ANCHOR_BAR = 0.85
 #: seconds the summary step always keeps, and the least a run is started with
 SUMMARY_RESERVE_S = 20.0

@@ -72,7 +72,7 @@ def bare_step(args):
 def plugin_steps(args):
     """The plugin's step as its worker calls it (``JaxRun._run_step`` without its wait, which
     the timing loop does), and the same compiled step fed its rate as a device array."""
-    from accelbench.config import RunConfig
+    from accelbench.planning.config import RunConfig
     from accelbench.plugins.jax_flax.training import JaxRun
 
     run = JaxRun(
@@ -110,7 +110,7 @@ def timed_block(call, steps):
 
 
 def main():
-    from accelbench.stats import paired_ratio
+    from accelbench.analysis.stats import paired_ratio
 
     args = parse()
     plugin, plugin_device_rate = plugin_steps(args)

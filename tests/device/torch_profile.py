@@ -60,7 +60,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build(args: argparse.Namespace, precision: str):
-    from accelbench.config import RunConfig, parse_option
+    from accelbench.planning.config import RunConfig, parse_option
     from accelbench.plugins.torch_ref.training import TorchRun
 
     config = RunConfig(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 
-import accelbench
 import numpy as np
+
+import accelbench
 
 from . import reducer
 

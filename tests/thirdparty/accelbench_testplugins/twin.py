@@ -4,7 +4,6 @@ invocation (``--plugin sleepy --plugin twin``), for comparisons of a known ratio
 import dataclasses
 
 import accelbench
-
 from accelbench_testplugins.sleepy import Sleepy
 
 

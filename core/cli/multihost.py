@@ -1,0 +1,98 @@
+"""``accelbench worker`` (the ranks one host runs in a multi-host job) and ``accelbench merge``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from accelbench.cli.app import cli
+from accelbench.cli.options import config_options, endpoint, run_config, selected
+from accelbench.errors import UsageError
+
+
+@cli.command()
+@config_options
+@click.option(
+    "--rank",
+    type=int,
+    required=True,
+    help="This worker's rank, 0..workers-1 (with --local-workers N: the first of the N ranks this host runs).",
+)
+@click.option("--workers", type=int, required=True, help="Workers in the job, across every host.")
+@click.option(
+    "--local-workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Ranks this host runs, --rank and the ones after it: one per device, as a launcher's nproc-per-node.",
+)
+@click.option(
+    "--coordinator", required=True, help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one)."
+)
+@click.option("--peers", help="Every worker's HOST:PORT, comma-separated, in rank order (engines that need it).")
+@click.option("--host", "node_host", help="This host's address as the other hosts reach it (engines that need it).")
+@click.option(
+    "--servers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Service processes (e.g. parameter servers) rank 0 starts, for engines with them.",
+)
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
+def worker(
+    rank: int,
+    local_workers: int,
+    coordinator: str,
+    peers: str | None,
+    node_host: str | None,
+    servers: int,
+    plugin_names: tuple[str, ...],
+    backend_names: tuple[str, ...],
+    config_file: str | None,
+    options: tuple[str, ...],
+    output: str,
+    **flags: Any,
+) -> None:
+    """Run the ranks one host holds in a multi-host job; a cluster scheduler starts one per host."""
+    from accelbench import launch
+    from accelbench.execution import distributed, runner
+    from accelbench.records import results as records
+
+    config = run_config(config_file, {**flags, "scaling_baseline": False}, options)
+    refs = selected(plugin_names, backend_names)
+    if len(refs) != 1:
+        raise UsageError(f"a worker runs exactly one backend; selected {len(refs)}")
+    [item] = runner.plan(refs, config)
+    if item.precheck:
+        raise UsageError(item.precheck.reason)
+    endpoint(coordinator, "--coordinator")
+    peer_list = tuple(peers.split(",")) if peers else ()
+    if peer_list and len(peer_list) != config.workers:
+        raise UsageError(f"--peers names {len(peer_list)} workers but --workers is {config.workers}: one HOST:PORT a rank")
+    for peer in peer_list:
+        endpoint(peer, "--peers")
+    cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers, local_workers=local_workers)
+    engine = refs[0].backend.engine
+    if engine is None:  # planning refuses it for --workers > 1; a job of one worker needs an engine all the same
+        raise UsageError(f"{refs[0].id} has no multi-worker engine: `accelbench worker` runs a rank of a multi-host job")
+    plan = launch.plan_host(engine, cluster)
+    record = distributed.run_rank(refs[0], item.config, plan, rank)
+    records.write_results(Path(output), [record])
+    ranks = f"rank {rank}" if local_workers == 1 else f"ranks {rank}-{rank + local_workers - 1}"
+    click.echo(f"{ranks}: {record.status} {record.reason}".strip())
+    sys.exit(0 if record.ok else 1)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Merged results file.")
+def merge(files: tuple[str, ...], output: str) -> None:
+    """Merge the per-rank results files of one multi-host job into one record."""
+    from accelbench.records import results as records
+
+    merged = records.merge_ranks([r for name in files for r in records.read_results(name)])
+    records.write_results(Path(output), [merged])
+    click.echo(f"merged {len(merged.distributed.per_worker) if merged.distributed else 0} workers: {merged.status} -> {output}")
