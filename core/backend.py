@@ -26,6 +26,7 @@ The epoch loop, learning-rate schedule and stopping rule are core's (``accelbenc
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -396,6 +397,18 @@ class RunBackend(Backend):
 
     #: what ``prepare`` (or ``prepare_training``) built, until ``teardown``
     run: Any
+    #: train mode: ``"module:Class"`` of what ``prepare_training`` builds over the dataset, called
+    #: with the config and the ``DatasetManifest``; its module is imported only then, in the
+    #: worker (it imports the framework). Empty: the backend has no train mode of this kind.
+    dataset_run: str = ""
+
+    def prepare_training(self, config: "RunConfig", dataset: "DatasetManifest") -> Prepared:
+        if not self.dataset_run:
+            return super().prepare_training(config, dataset)
+        module, _, name = self.dataset_run.partition(":")
+        self.run = getattr(importlib.import_module(module), name)(config, dataset)
+        prepared: Prepared = self.run.prepared()
+        return prepared
 
     def step(self) -> float | None:
         loss: float | None = self.run.step()

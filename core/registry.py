@@ -151,7 +151,7 @@ class PluginHost:
             if ep.name in self._plugins or (allowed is not None and ep.name not in allowed):
                 continue
             version = ep.dist.version if ep.dist else "0"
-            distribution = ep.dist.metadata["Name"] if ep.dist else ""
+            distribution = ep.dist.name if ep.dist else ""
             try:
                 module: ModuleType = ep.load()
                 api_problem = _api_problem(module)

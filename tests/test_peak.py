@@ -34,6 +34,7 @@ def test_each_framework_measures_its_fp32_peak_on_the_cpu(plugin):
     assert m.machine.startswith(f"{cpu_model()} / {os.cpu_count()} cores / flags ")  # a CPU peak is the machine's
 
 
+@pytest.mark.mxnet
 @pytest.mark.skipif(not NATIVE_BF16, reason="MXNet's oneDNN has no bf16 kernels without AVX-512 bf16 or AMX")
 def test_mxnet_peak_runs_bf16_through_amp():
     outcome = peak_measure.measure(_ref("mxnet_ngc"), "bf16", "cpu", size=256, repeats=1)
@@ -41,6 +42,7 @@ def test_mxnet_peak_runs_bf16_through_amp():
     assert outcome.settings["operator"] == "FullyConnected" and outcome.settings["output_dtype"] == "bfloat16"
 
 
+@pytest.mark.torch
 def test_fp16_on_a_cpu_is_refused_with_the_backends_reason():
     outcome = peak_measure.measure(_ref("torch_ref"), "fp16", "cpu", size=64, repeats=1)
     assert outcome.status == "unavailable" and "needs a GPU" in outcome.reason and outcome.measurement is None
@@ -82,6 +84,7 @@ def test_a_record_above_its_peak_is_warned_about_not_clamped(monkeypatch):
     assert len(warnings) == 1 and "achieved 150% of the peak" in warnings[0]
 
 
+@pytest.mark.torch
 def test_torch_fp32_peak_times_the_faster_of_its_two_cpu_libraries():
     outcome = peak_measure.measure(_ref("torch_ref"), "fp32", "cpu", size=256, repeats=1)
     assert outcome.status == "ok", outcome.reason
@@ -91,6 +94,7 @@ def test_torch_fp32_peak_times_the_faster_of_its_two_cpu_libraries():
     assert all(rate > 0.1 for rate in probed.values())  # 2 x 256^3 FLOPs each, timed
 
 
+@pytest.mark.torch
 def test_torch_cpu_products_agree_whichever_library_multiplies():
     torch = pytest.importorskip("torch")
     from accelbench.plugins.torch_ref import gemm
@@ -145,6 +149,7 @@ def test_a_slow_product_is_measured_on_a_smaller_side(gflops, side):
         assert warning.startswith("a 512² product took ") and warning.endswith(f"the peak is of {side}² products")
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(NATIVE_BF16, reason="PyTorch's bf16 product is fast where the CPU has bf16")
 def test_an_emulated_bf16_peak_is_quick_and_says_so():
     outcome = peak_measure.measure(_ref("torch_ref"), "bf16", "cpu", repeats=1)
@@ -190,6 +195,7 @@ def test_the_peak_is_two_n_cubed_per_product_over_the_best_repeats_time(testplug
     assert outcome.measurement.size == 256 and outcome.measurement.device_name == "known cpu"
 
 
+@pytest.mark.mxnet
 def test_mxnet_names_its_peak_as_its_records_name_the_device(monkeypatch):
     """A peak is found by the records of the device it was measured on, by name: MXNet's own
     'gpu(0)' would never match the nvidia-smi name its records carry."""

@@ -87,6 +87,7 @@ def test_rerun_names_what_changed_in_the_lock_and_the_machine(accelbench_cli, ma
     assert "machine cpu_flags: lost avx9; gained " in done.stdout
 
 
+@pytest.mark.slow  # makes a worker environment with pip
 def test_a_framework_at_another_version_is_pinned_for_the_rerun(accelbench_cli, made_once, tmp_path):
     then = sweep(made_once, tmp_path)
     document = json.loads(then.read_text())

@@ -181,3 +181,40 @@ def test_the_model_descriptions_stay_importable_where_the_docs_first_put_them():
     from accelbench.plugins.shared.model_specs import RESNET50_VARIANTS as new
 
     assert old is new
+
+
+def string_key_subscripts(root: Path) -> list[str]:
+    """Every ``x["key"]`` in a folder's code: a dict read by string keys, where a typed record would
+    name its fields (annotations such as ``Request["Prepared"]`` count too: write the type)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if "benchmarks" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_core_reads_few_dicts_by_string_keys():
+    """Records, manifests, catalogues and the study's figures are dataclasses read through
+    ``jsonform``; what is left is JSON on its way in (a config before it is validated, a schema)."""
+    found = string_key_subscripts(CORE)
+    assert len(found) <= 80, "\n".join(found)
+    records = [line for line in string_key_subscripts(CORE / "records") if not line.startswith("validation.py")]
+    assert records == [], "the records are typed end to end (the schemas, JSON themselves, aside)"
+
+
+def test_the_paths_the_docs_import_from_still_import():
+    """Core moved into folders; what the docs tell a user or a plugin author to import did not."""
+    import importlib
+
+    from accelbench.records import Record, read_results
+    from accelbench.records.results import Record as RecordItself
+    from accelbench.records.results import read_results as read_results_itself
+
+    assert (Record, read_results) == (RecordItself, read_results_itself)
+    for module, name in [("accelbench.api", "cpu_flags"), ("accelbench.launch", "Engine"), ("accelbench", "Backend")]:
+        assert hasattr(importlib.import_module(module), name), f"{module}.{name}"
+    with pytest.raises(ImportError):
+        from accelbench.records import nothing_of_that_name  # noqa: F401

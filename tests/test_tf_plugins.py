@@ -229,7 +229,9 @@ def test_steps_per_loop_accounting_matches_one_step_per_call():
     assert len(four["trials"][0]["step_times_s"]) == 3  # 12 steps in 3 host round-trips
     assert four["throughput"]["images"] == one["throughput"]["images"] == 12 * 8
     ratio = four["throughput"]["images_per_sec"] / one["throughput"]["images_per_sec"]
-    assert 0.75 < ratio < 1.6, ratio  # same work; a per-call accounting slip would be 4x off
+    # same work; a per-call accounting slip would be 4x off (or 1/4). Not tighter: of 12 steps on 2
+    # busy cores, fewer host round trips alone made the loops 1.63x as fast once (CI, 2026-12-07)
+    assert 0.5 < ratio < 2.5, ratio
 
 
 def test_tpu_requested_without_tpu_is_unavailable():

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from accelbench.errors import UsageError
 from accelbench.planning import inputs
 from accelbench.records import footprint, validation
 from accelbench.records.blocks import Cost, CostToTarget, EnergyCost, PriceRef, Training
+from accelbench.records.jsonform import from_json
 
 if TYPE_CHECKING:
     from accelbench.records.results import Record
@@ -49,6 +50,8 @@ class Price:
     device_kind: str | None = None
     device_name_pattern: str = ""
     accelerators_per_instance: int | None = None
+    #: a catalogue entry's other fields (accelerator, date, notes): for the reader of the file
+    details: dict[str, Any] = field(default_factory=dict, compare=False, metadata={"rest": True})
 
     def matches(self, record: Record) -> bool:
         device = record.device
@@ -85,29 +88,24 @@ def cost_to_target(epochs_to_target: float, images_per_sec: float, price_per_hou
 def load_catalogue(path: str | Path | None = None) -> list[Price]:
     """The shipped 2018 catalogue, plus (overriding by name) the entries of a user's file."""
     shipped = json.loads(resources.files("accelbench").joinpath("data/prices_2018.json").read_text())
-    entries = {e["name"]: e for e in _checked(shipped, "shipped price catalogue")}
+    entries = {e.name: e for e in _checked(shipped, "shipped price catalogue")}
     if path is not None:
         document = inputs.read_json(path, "--prices")  # the flag that gave it, named in every refusal
-        entries.update({e["name"]: e for e in _checked(document, f"--prices {inputs.shown_path(path)}")})
-    return [
-        Price(
-            name=e["name"],
-            price_per_hour=e["price_per_hour"],
-            currency=e["currency"],
-            pricing=e["pricing"],
-            source=e["source"],
-            device_kind=e["device_kind"],
-            device_name_pattern=e.get("device_name_pattern", ""),
-            accelerators_per_instance=e["accelerators_per_instance"],
-        )
-        for e in entries.values()
-    ]
+        entries.update({e.name: e for e in _checked(document, f"--prices {inputs.shown_path(path)}")})
+    return list(entries.values())
 
 
-def _checked(document: Any, what: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Catalogue:
+    """A price catalogue file (``schemas/prices.schema.json``)."""
+
+    schema_version: str
+    entries: list[Price]
+
+
+def _checked(document: Any, what: str) -> list[Price]:
     validation.validate_or_raise("prices", document, what=what)
-    entries: list[dict[str, Any]] = document["entries"]
-    return entries
+    return from_json(_Catalogue, document, what).entries
 
 
 def choose_price(record: Record, catalogue: list[Price], explicit: Price | None) -> Price | None:

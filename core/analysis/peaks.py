@@ -16,16 +16,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from accelbench.environments.machine import cache_dir
+from accelbench.records.jsonform import from_json
 
 if TYPE_CHECKING:
     from accelbench.records.blocks import Environment
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,25 +37,60 @@ class Peak:
     source: str
 
 
+@dataclass(frozen=True)
+class PublishedPeak:
+    """One device's published dense peaks (``data/accelerator_peaks.json``), TFLOP/s by precision."""
+
+    match: str
+    kind: str
+    tflops: dict[str, float]
+    source: str
+    #: what a precision's figure is of, where it is not that precision itself ("TF32 tensor core")
+    basis: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _PeaksFile:
+    schema_version: str
+    note: str
+    entries: list[PublishedPeak]
+
+
+@dataclass(frozen=True)
+class _AnchorsFile:
+    schema_version: str
+    note: str
+    entries: list[Anchor]
+
+
 @cache
-def _table(name: str) -> list[dict[str, Any]]:
-    """The entries of a published-figures file in ``data/`` (read once)."""
+def _peaks() -> list[PublishedPeak]:
+    """The published peaks, read once."""
+    return _read_data("accelerator_peaks.json", _PeaksFile).entries
+
+
+@cache
+def _anchors() -> list[Anchor]:
+    """The training anchors, read once."""
+    return _read_data("training_anchors.json", _AnchorsFile).entries
+
+
+def _read_data(name: str, kind: type[T]) -> T:
     document = json.loads(resources.files("accelbench").joinpath(f"data/{name}").read_text())
-    entries: list[dict[str, Any]] = document["entries"]
-    return entries
+    return from_json(kind, document, f"data/{name}")
 
 
 def published(kind: str, device_name: str, precision: str, devices: int = 1) -> Peak | None:
     """The published dense peak of ``devices`` devices of this name at this precision, or None."""
     name = device_name.lower()
-    for entry in _table("accelerator_peaks.json"):
-        if entry["kind"] == kind and entry["match"].lower() in name:
-            tflops = entry["tflops"].get(precision)
+    for entry in _peaks():
+        if entry.kind == kind and entry.match.lower() in name:
+            tflops = entry.tflops.get(precision)
             if tflops is None:
                 return None
-            basis = entry.get("basis", {}).get(precision, precision)
+            basis = entry.basis.get(precision, precision)
             per = f" x {devices} devices" if devices > 1 else ""
-            return Peak(tflops * 1e12 * devices, f"published {basis} dense peak of {entry['match']}{per}: {entry['source']}")
+            return Peak(tflops * 1e12 * devices, f"published {basis} dense peak of {entry.match}{per}: {entry.source}")
     return None
 
 
@@ -72,9 +110,9 @@ def training_anchor(device_name: str) -> Anchor | None:
     """The per-GPU anchor whose name occurs in ``device_name`` (the first, as in the published
     peaks' table), or None where the table names no such GPU."""
     name = device_name.lower()
-    for entry in _table("training_anchors.json"):
-        if entry["match"].lower() in name:
-            return Anchor(**entry)
+    for entry in _anchors():
+        if entry.match.lower() in name:
+            return entry
     return None
 
 

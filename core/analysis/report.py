@@ -13,13 +13,15 @@ import html
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelbench.analysis import cost
 from accelbench.errors import UsageError
 from accelbench.records.blocks import Cost, Training
+from accelbench.records.jsonform import from_json
 from accelbench.records.results import Record
 
 if TYPE_CHECKING:
@@ -71,9 +73,56 @@ def _finished(fig: Figure, ax: Axes, xlabel: str, ylabel: str, title: str) -> Fi
     return fig
 
 
-def study_reference() -> dict[str, Any]:
-    reference: dict[str, Any] = json.loads(resources.files("accelbench").joinpath("data/study_2018.json").read_text())
-    return reference
+@dataclass(frozen=True)
+class PublishedRun:
+    """A throughput the 2018 study published: its run, batch, images/sec and catalogue price."""
+
+    label: str
+    framework: str
+    device: str
+    count: int
+    global_batch: int
+    images_per_sec: float
+    #: the price catalogue's entry for the hardware
+    price: str
+    #: read off a chart, not a table
+    approximate: bool
+
+
+@dataclass(frozen=True)
+class PublishedCost:
+    """A cost to accuracy the 2018 study published."""
+
+    label: str
+    top1: float
+    epochs: int
+    cost_usd: float
+    price: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: str
+    image_size: int
+    mode: str
+
+
+@dataclass(frozen=True)
+class StudyReference:
+    """The 2018 study's published figures (``data/study_2018.json``), drawn beside a report's runs."""
+
+    title: str
+    source: str
+    imagenet_epoch_images: int
+    #: the workload the figures are of: they are drawn only beside runs of it
+    workload: Workload
+    throughput: list[PublishedRun]
+    cost_to_accuracy: list[PublishedCost]
+
+
+def study_reference() -> StudyReference:
+    document = json.loads(resources.files("accelbench").joinpath("data/study_2018.json").read_text())
+    return from_json(StudyReference, document, "data/study_2018.json")
 
 
 def run_label(record: Record) -> str:
@@ -104,7 +153,7 @@ def sweep_series(records: list[Record]) -> dict[str, list[tuple[int, float]]]:
     return {label: sorted(points) for label, points in series.items()}
 
 
-def sweep_figure(records: list[Record], reference: dict[str, Any] | None, title: str = "") -> Figure:
+def sweep_figure(records: list[Record], reference: StudyReference | None, title: str = "") -> Figure:
     _headless()
     import matplotlib.pyplot as plt
 
@@ -113,16 +162,16 @@ def sweep_figure(records: list[Record], reference: dict[str, Any] | None, title:
         batches, rates = zip(*points)
         ax.plot(batches, rates, marker="o", label=label)
     if reference:  # black hollow stars, never a colour of the runs' cycle: not a series of yours
-        for ref, marker in zip(reference["throughput"], REFERENCE_MARKERS):
+        for ref, marker in zip(reference.throughput, REFERENCE_MARKERS):
             ax.scatter(
-                [ref["global_batch"]],
-                [ref["images_per_sec"]],
+                [ref.global_batch],
+                [ref.images_per_sec],
                 marker=marker,
                 s=110,
                 facecolors="none",
                 edgecolors="black",
                 linewidths=1.2,
-                label=f"2018 study, published: {ref['label']}",
+                label=f"2018 study, published: {ref.label}",
             )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -136,7 +185,7 @@ def sweep_figure(records: list[Record], reference: dict[str, Any] | None, title:
     )
 
 
-def dollars_figure(records: list[Record], reference: dict[str, Any] | None, catalogue: list[cost.Price]) -> Figure:
+def dollars_figure(records: list[Record], reference: StudyReference | None, catalogue: list[cost.Price]) -> Figure:
     _headless()
     import matplotlib.pyplot as plt
 
@@ -149,13 +198,13 @@ def dollars_figure(records: list[Record], reference: dict[str, Any] | None, cata
         prices = {p.name: p for p in catalogue}
         bars += [
             (
-                f"2018 study, published: {ref['label']}",
-                cost.images_per_dollar(ref["images_per_sec"], prices[ref["price"]].price_per_hour),
+                f"2018 study, published: {ref.label}",
+                cost.images_per_dollar(ref.images_per_sec, prices[ref.price].price_per_hour),
                 "white",
                 "//",
             )
-            for ref in reference["throughput"]
-            if ref["price"] in prices
+            for ref in reference.throughput
+            if ref.price in prices
         ]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(bars) + 1.5))
     for label, value, colour, hatch in bars:
@@ -253,14 +302,12 @@ def workloads(records: list[Record]) -> dict[str, list[Record]]:
     return groups
 
 
-def is_study_workload(records: list[Record], reference: dict[str, Any]) -> bool:
+def is_study_workload(records: list[Record], reference: StudyReference) -> bool:
     """A reference's figures belong only beside its own workload (the 2018 study's: ResNet-50 at
     224x224 on synthetic data), as its data file states it."""
-    r, workload = records[0], reference["workload"]
+    r, workload = records[0], reference.workload
     return bool(
-        r.model.name == workload["model"]
-        and r.image_size == workload["image_size"]
-        and (r.mode or "throughput") == workload["mode"]
+        r.model.name == workload.model and r.image_size == workload.image_size and (r.mode or "throughput") == workload.mode
     )
 
 
@@ -401,7 +448,7 @@ def _page(
     groups: dict[str, list[Record]],
     comparisons: list[Comparison],
     tolerance: float,
-    reference: dict[str, Any] | None,
+    reference: StudyReference | None,
     catalogue: list[cost.Price],
     epochs: int,
     by_pair: bool = False,
@@ -614,19 +661,19 @@ evaluation and input pipeline). Cost to target = that time x the price per hour.
 """
 
 
-def _study_section(reference: dict[str, Any], catalogue: list[cost.Price], epochs: int) -> str:
+def _study_section(reference: StudyReference, catalogue: list[cost.Price], epochs: int) -> str:
     prices = {p.name: p for p in catalogue}
     rows = []
-    for ref in reference["throughput"]:
-        p = prices.get(ref["price"])
-        ips = ref["images_per_sec"]
+    for ref in reference.throughput:
+        p = prices.get(ref.price)
+        ips = ref.images_per_sec
         rows.append(
             "<tr>"
             + "".join(
                 f"<td>{c}</td>"
                 for c in (
-                    html.escape(ref["label"]) + (" (approximate)" if ref["approximate"] else ""),
-                    ref["global_batch"],
+                    html.escape(ref.label) + (" (approximate)" if ref.approximate else ""),
+                    ref.global_batch,
                     f"{ips:,}",
                     f"{p.price_per_hour:.2f}" if p else "no price",
                     f"{cost.images_per_dollar(ips, p.price_per_hour):,.0f}" if p else "-",
@@ -637,14 +684,14 @@ def _study_section(reference: dict[str, Any], catalogue: list[cost.Price], epoch
             + "</tr>"
         )
     accuracy = []
-    for item in reference["cost_to_accuracy"]:
-        p = prices[item["price"]]
-        implied = cost.implied_images_per_sec(item["epochs"], item["cost_usd"], p.price_per_hour)
+    for item in reference.cost_to_accuracy:
+        p = prices[item.price]
+        implied = cost.implied_images_per_sec(item.epochs, item.cost_usd, p.price_per_hour)
         accuracy.append(
-            f"<tr><td>{html.escape(item['label'])}</td><td>{item['epochs']}</td><td>{item['cost_usd']}</td>"
-            f"<td>{item['cost_usd'] / item['epochs']:.3f}</td><td>{implied:,.0f}</td></tr>"
+            f"<tr><td>{html.escape(item.label)}</td><td>{item.epochs}</td><td>{item.cost_usd}</td>"
+            f"<td>{item.cost_usd / item.epochs:.3f}</td><td>{implied:,.0f}</td></tr>"
         )
-    return f"""<h2>The 2018 study, for reference ({html.escape(reference["source"])})</h2>
+    return f"""<h2>The 2018 study, for reference ({html.escape(reference.source)})</h2>
 <table><tr><th>published run</th><th>global batch</th><th>images/s</th><th>price / h (USD)</th><th>images per $</th>
 <th>$ per epoch</th><th>$ for {epochs} epochs</th></tr>{"".join(rows)}</table>
 <p>Cost to accuracy as published, and the training throughput those dollars imply at the catalogue price

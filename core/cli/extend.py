@@ -78,11 +78,12 @@ def env_list() -> None:
     from accelbench.environments import python_envs as envs
 
     for entry in envs.listing():
-        installed = ", ".join(f"{name} {version}" for name, version in entry["installed"].items())
-        serves = f"  plugin {entry['plugin']}" if entry["plugin"] else ""
+        made = entry.manifest
+        installed = ", ".join(f"{name} {version}" for name, version in made.installed.items())
+        serves = f"  plugin {made.spec.plugin_version}" if made.spec.plugin_version else ""
         click.echo(
-            f"{entry['path']}  python {entry['python']}  {entry['size_mb']} MB  "
-            f"{', '.join(entry['requirements']) or '-'}{serves}  [{installed or 'versions not recorded'}]"
+            f"{entry.path}  python {entry.python}  {entry.size_mb} MB  "
+            f"{', '.join(made.spec.requirements) or '-'}{serves}  [{installed or 'versions not recorded'}]"
         )
 
 

@@ -52,13 +52,7 @@ def lock() -> dict[str, Any]:
     import hashlib
     import re
 
-    pins = sorted(
-        {
-            f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
-            for d in metadata.distributions()
-            if d.metadata["Name"]
-        }
-    )
+    pins = sorted({f"{re.sub(r'[-_.]+', '-', d.name).lower()}=={d.version}" for d in metadata.distributions() if d.name})
     python = platform.python_version()
     digest = hashlib.sha256("\n".join([f"python {python}", *pins]).encode()).hexdigest()
     return {"python": python, "distributions": pins, "sha256": digest}

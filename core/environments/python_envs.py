@@ -19,14 +19,15 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from accelbench.environments.machine import cache_dir
 from accelbench.errors import UsageError
 from accelbench.records.blocks import WorkerEnvironment
+from accelbench.records.jsonform import from_json, to_json
 
 #: what accelbench's worker and the plugin modules import, installed beside accelbench (no-deps)
 #: in every environment
@@ -139,16 +140,8 @@ def create(env: PythonEnv, say: Callable[[str], None] = print) -> float:
         raise
     installed = _installed_versions(staging / "bin" / "python", env.spec.requirements)
     say(f"  installed: {', '.join(f'{name} {version}' for name, version in installed.items()) or '-'}")
-    (staging / MANIFEST).write_text(
-        json.dumps(
-            {
-                "spec": asdict(env.spec),
-                "key": env.spec.key(),
-                "installed": installed,
-                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-        )
-    )
+    made = EnvManifest(env.spec, env.spec.key(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), installed)
+    (staging / MANIFEST).write_text(json.dumps(to_json(made)))
     shutil.rmtree(env.path, ignore_errors=True)
     staging.rename(env.path)
     _fix_venv_paths(env.path, staging)
@@ -194,28 +187,44 @@ def _creation_lock(env: PythonEnv, say: Callable[[str], None]) -> Iterator[None]
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def listing() -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class EnvManifest:
+    """What an environment's folder says of it (``accelbench-env.json``), written once it is made."""
+
+    spec: EnvSpec
+    key: str
+    created_utc: str
+    #: the versions of its requirements' distributions, as installed
+    installed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CachedEnv:
+    """A cached environment, as ``accelbench env list`` shows it."""
+
+    path: str
+    manifest: EnvManifest
+    python: str
+    size_mb: int
+
+
+def listing() -> list[CachedEnv]:
     """Every cached environment: path, Python, requirements, size."""
-    found: list[dict[str, Any]] = []
+    found: list[CachedEnv] = []
     if not root().exists():
         return found
     for path in sorted(root().iterdir()):
         manifest = path / MANIFEST
         if not manifest.exists():
             continue
-        data = json.loads(manifest.read_text())
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
         found.append(
-            {
-                "path": str(path),
-                "key": data["key"],
-                "requirements": data["spec"]["requirements"],
-                "plugin": data["spec"].get("plugin_version", ""),
-                "installed": data.get("installed", {}),
-                "created_utc": data["created_utc"],
-                "python": _python_version(path / "bin" / "python"),
-                "size_mb": round(size / 2**20),
-            }
+            CachedEnv(
+                str(path),
+                from_json(EnvManifest, json.loads(manifest.read_text()), str(manifest)),
+                _python_version(path / "bin" / "python"),
+                round(size / 2**20),
+            )
         )
     return found
 
@@ -224,14 +233,14 @@ def remove(keys: tuple[str, ...] = ()) -> list[str]:
     """Delete the environments with these keys (all when none given); their paths. A key that
     names no environment is refused before anything is deleted."""
     entries = listing()
-    unknown = [key for key in keys if key not in {entry["key"] for entry in entries}]
+    unknown = [key for key in keys if key not in {entry.manifest.key for entry in entries}]
     if unknown:
         raise UsageError(f"env remove: no environment has the key {unknown[0]!r} (accelbench env list shows them)")
     removed = []
     for entry in entries:
-        if not keys or entry["key"] in keys:
-            shutil.rmtree(entry["path"])
-            removed.append(entry["path"])
+        if not keys or entry.manifest.key in keys:
+            shutil.rmtree(entry.path)
+            removed.append(entry.path)
     return removed
 
 
@@ -281,7 +290,7 @@ def plugin_install_args(dist: metadata.Distribution | None) -> tuple[str, ...]:
     editable from its source folder when the host's is editable, the same wheel or folder when it
     was installed from one, the same version from the index otherwise (PEP 610's direct_url.json
     says which). Nothing for accelbench itself (the built-in plugins ship inside it)."""
-    if dist is None or _requirement_name(dist.metadata["Name"]) == "accelbench":
+    if dist is None or _requirement_name(dist.name) == "accelbench":
         return ()
     return _as_installed(dist)
 
@@ -289,7 +298,7 @@ def plugin_install_args(dist: metadata.Distribution | None) -> tuple[str, ...]:
 def _as_installed(dist: metadata.Distribution) -> tuple[str, ...]:
     """pip's arguments for ``dist`` as this host has it, from PEP 610's direct_url.json: editable
     from its folder, the same wheel or folder, the same direct URL, else its version from the index."""
-    name = dist.metadata["Name"]
+    name = dist.name
     direct = dist.read_text("direct_url.json")
     if direct:
         info = json.loads(direct)
@@ -405,7 +414,7 @@ def _plugin_fields(distribution: str) -> tuple[tuple[str, ...], str]:
     except metadata.PackageNotFoundError:
         return (), ""
     args = plugin_install_args(dist)
-    return (args, f"{dist.metadata['Name']} {dist.version}") if args else ((), "")
+    return (args, f"{dist.name} {dist.version}") if args else ((), "")
 
 
 def host_satisfies(requirements: tuple[str, ...]) -> bool:

@@ -13,13 +13,12 @@ one line, before it sends any request (``check_hello``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from accelbench.backend import DeviceMemory, Prepared
-    from accelbench.execution.timing import Timing, WarmUp
-    from accelbench.execution.training import TrainingResult
-    from accelbench.records.blocks import Installed
+from accelbench.backend import DeviceMemory, Prepared
+from accelbench.execution.timing import Timing, WarmUp
+from accelbench.execution.training import TrainingResult
+from accelbench.records.blocks import Installed
 
 #: the version of these messages; a worker that speaks another is refused (version 1 was a tuple
 #: of a command's name and its arguments, before 2026-12-07)
@@ -58,7 +57,7 @@ class Request(Generic[R]):
 
 
 @dataclass(frozen=True)
-class Check(Request["str | None"]):
+class Check(Request[str | None]):
     """Whether the backend can run the config here: None, or the reason it cannot."""
 
     phase = "check"
@@ -68,7 +67,7 @@ class Check(Request["str | None"]):
 
 
 @dataclass(frozen=True)
-class Prepare(Request["Prepared"]):
+class Prepare(Request[Prepared]):
     """Build the model and its synthetic inputs (throughput mode)."""
 
     phase = "prepare"
@@ -78,7 +77,7 @@ class Prepare(Request["Prepared"]):
 
 
 @dataclass(frozen=True)
-class PrepareTraining(Request["Prepared"]):
+class PrepareTraining(Request[Prepared]):
     """Train mode: build the model and the input pipelines over the config's dataset."""
 
     phase = "prepare_training"
@@ -88,7 +87,7 @@ class PrepareTraining(Request["Prepared"]):
 
 
 @dataclass(frozen=True)
-class Train(Request["TrainingResult"]):
+class Train(Request[TrainingResult]):
     """Train mode: core's epoch loop, to the target or the epoch budget."""
 
     phase = "train"
@@ -98,7 +97,7 @@ class Train(Request["TrainingResult"]):
 
 
 @dataclass(frozen=True)
-class WriteDataset(Request["list[str]"]):
+class WriteDataset(Request[list[str]]):
     """``accelbench data``: one split written in the backend's format; the files written."""
 
     examples: list[tuple[str, int]]
@@ -110,7 +109,7 @@ class WriteDataset(Request["list[str]"]):
 
 
 @dataclass(frozen=True)
-class ReadDataset(Request["list[tuple[str, int]]"]):
+class ReadDataset(Request[list[tuple[str, int]]]):
     """``accelbench data``: the (sha256, label) of every record of these files, read back."""
 
     files: list[str]
@@ -121,7 +120,7 @@ class ReadDataset(Request["list[tuple[str, int]]"]):
 
 
 @dataclass(frozen=True)
-class TimedRun(Request["Timing"]):
+class TimedRun(Request[Timing]):
     """The timing loop of ``accelbench run``: the config's warm-up, then its timed calls."""
 
     phase = "run"
@@ -131,7 +130,7 @@ class TimedRun(Request["Timing"]):
 
 
 @dataclass(frozen=True)
-class WarmUpAlone(Request["WarmUp"]):
+class WarmUpAlone(Request[WarmUp]):
     """Lockstep: the config's warm-up rule alone; the blocks follow as ``Step``."""
 
     phase = "warm_up"
@@ -141,7 +140,7 @@ class WarmUpAlone(Request["WarmUp"]):
 
 
 @dataclass(frozen=True)
-class Step(Request["Timing"]):
+class Step(Request[Timing]):
     """``calls`` calls of the step through the timing loop, ``calls_per_sample`` to a sample:
     pytest-benchmark's rounds and lockstep's blocks."""
 
@@ -154,7 +153,7 @@ class Step(Request["Timing"]):
 
 
 @dataclass(frozen=True)
-class ReadDeviceMemory(Request["DeviceMemory"]):
+class ReadDeviceMemory(Request[DeviceMemory]):
     """The framework's peak device memory, after the timed steps."""
 
     phase = "device_memory"
@@ -164,7 +163,7 @@ class ReadDeviceMemory(Request["DeviceMemory"]):
 
 
 @dataclass(frozen=True)
-class PrepareMatmul(Request["Prepared"]):
+class PrepareMatmul(Request[Prepared]):
     """``accelbench peak``: a ``size``-square matrix product, ready to time."""
 
     size: int
@@ -175,7 +174,7 @@ class PrepareMatmul(Request["Prepared"]):
 
 
 @dataclass(frozen=True)
-class TimeMatmul(Request["list[Timing]"]):
+class TimeMatmul(Request[list[Timing]]):
     """``accelbench peak``: ``repeats`` timed regions of ``calls`` matrix products each."""
 
     calls: int
@@ -187,7 +186,7 @@ class TimeMatmul(Request["list[Timing]"]):
 
 
 @dataclass(frozen=True)
-class Teardown(Request["dict[str, Any] | None"]):
+class Teardown(Request[dict[str, Any] | None]):
     """Release the model; the backend's final figures, if any."""
 
     phase = "teardown"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from accelbench.api import (
     BackendInfo,
     ClusterRank,
-    DatasetManifest,
     Engine,
     LaunchPlan,
     LocalCluster,
@@ -114,6 +113,8 @@ class FlaxResNet50(RunBackend):
         self.product(*self.operands).block_until_ready()
 
     # train mode (accelbench.execution.training): the image folder, decoded by Pillow into numpy batches
+    dataset_run = f"{__name__}.dataset:JaxDatasetRun"
+
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from accelbench.plugins.shared import imagefolder
 
@@ -123,12 +124,6 @@ class FlaxResNet50(RunBackend):
         from accelbench.plugins.shared import imagefolder
 
         return imagefolder.read(files)
-
-    def prepare_training(self, config: RunConfig, dataset: DatasetManifest) -> Prepared:
-        from . import dataset as data
-
-        self.run = data.JaxDatasetRun(config, dataset)
-        return self.run.prepared()
 
 
 @hookimpl

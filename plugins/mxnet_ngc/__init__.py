@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from accelbench.api import BackendInfo, DatasetManifest, Option, Prepared, RunBackend, RunConfig, hookimpl
+from accelbench.api import BackendInfo, Option, Prepared, RunBackend, RunConfig, hookimpl
 from accelbench.plugins.shared.extras import extra
 from accelbench.plugins.shared.model_specs import RESNET50_VARIANTS
 
@@ -90,6 +90,8 @@ class NgcResNet50(RunBackend):
         return self.mx.nd.FullyConnected(*self.operands, num_hidden=self.size, no_bias=True)
 
     # train mode (accelbench.execution.training): RecordIO data, core's recipe
+    dataset_run = f"{__name__}.dataset:GluonDatasetRun"
+
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from . import dataset
 
@@ -99,12 +101,6 @@ class NgcResNet50(RunBackend):
         from . import dataset
 
         return dataset.read_recordio(files)
-
-    def prepare_training(self, config: RunConfig, dataset: DatasetManifest) -> Prepared:
-        from . import dataset as data
-
-        self.run = data.GluonDatasetRun(config, dataset)
-        return self.run.prepared()
 
     def serve(self, config: RunConfig) -> None:
         from . import training

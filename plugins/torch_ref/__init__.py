@@ -16,7 +16,6 @@ import os
 from accelbench.api import (
     BackendInfo,
     ClusterRank,
-    DatasetManifest,
     Engine,
     LaunchPlan,
     LocalCluster,
@@ -201,6 +200,8 @@ class TorchResNet50(RunBackend):
         del torch_product
 
     # train mode (accelbench.execution.training): an image folder through torchvision, core's recipe
+    dataset_run = f"{__name__}.dataset:TorchDatasetRun"
+
     def write_dataset(self, examples: list[tuple[str, int]], stem: str) -> list[str]:
         from . import dataset
 
@@ -210,12 +211,6 @@ class TorchResNet50(RunBackend):
         from . import dataset
 
         return dataset.read_imagefolder(files)
-
-    def prepare_training(self, config: RunConfig, dataset: DatasetManifest) -> Prepared:
-        from . import dataset as data
-
-        self.run = data.TorchDatasetRun(config, dataset)
-        return self.run.prepared()
 
 
 @hookimpl
