@@ -77,6 +77,17 @@ def _flagged(declared: type | None) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(declared or RunConfig) if "flag" in f.metadata]
 
 
+#: ``--wide``, for the commands that print tables
+wide_option = click.option(
+    "--wide",
+    is_flag=True,
+    help="Every column in the tables, however narrow the terminal (otherwise the "
+    "columns beyond backend, status, figures and verdict fold under their row when they do not fit).",
+)
+#: ``--force``, for the commands that write a results file
+force_option = click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
+
+
 def price_options(command: Command) -> Command:
     """Pricing flags shared by run and report."""
     for option in reversed(

@@ -7,7 +7,7 @@ import sys
 import click
 
 from accelbench.cli.app import cli
-from accelbench.cli.options import price_options
+from accelbench.cli.options import price_options, wide_option
 from accelbench.errors import UsageError
 
 
@@ -44,12 +44,7 @@ def validate(files: tuple[str, ...]) -> None:
     "--margin", help="Non-inferiority margin, e.g. 2%: is A at least B? verdict ahead / not behind / behind / undecided."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option(
-    "--wide",
-    is_flag=True,
-    help="Every column in the tables, however narrow the terminal (otherwise the "
-    "columns beyond backend, status, figures and verdict fold under their row when they do not fit).",
-)
+@wide_option
 def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, as_json: bool, wide: bool) -> None:
     """Pair runs by config and report throughput ratios with 95% intervals.
 

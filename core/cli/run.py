@@ -17,10 +17,12 @@ from accelbench.cli.options import (
     View,
     config_options,
     field_options,
+    force_option,
     price_options,
     python_paths,
     run_config,
     selected,
+    wide_option,
 )
 from accelbench.errors import UsageError
 from accelbench.execution.schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS, DEFAULT_UNTIL_BLOCKS
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 @config_options
 @field_options(RUN_ONLY_FIELDS)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-<time>.json).")
-@click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
+@force_option
 @click.option(
     "--lever",
     "levers",
@@ -90,12 +92,7 @@ if TYPE_CHECKING:
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress and no table: only the results file's path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document (JSON) on stdout; progress on stderr.")
-@click.option(
-    "--wide",
-    is_flag=True,
-    help="Every column in the tables, however narrow the terminal (otherwise the "
-    "columns beyond backend, status, figures and verdict fold under their row when they do not fit).",
-)
+@wide_option
 @click.option(
     "--python",
     "pythons",
@@ -194,10 +191,10 @@ def run(
     type=click.Path(dir_okay=False),
     help="Results file of the rerun (default results/accelbench-rerun-<time>.json).",
 )
-@click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
+@force_option
 @click.option("--tolerance", default="3%", show_default=True, help="Equivalence bound of then against now.")
 @click.option("--no-create-env", is_flag=True, help="Never make a worker environment: a missing one is unavailable.")
-@click.option("--wide", is_flag=True, help="Every column in the tables, however narrow the terminal.")
+@wide_option
 def rerun(
     results: str,
     record_ids: tuple[str, ...],

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from accelbench.cli.app import cli
-from accelbench.cli.options import View, field_options, flagged_fields, int_list, price_options, selected
+from accelbench.cli.options import (
+    View,
+    field_options,
+    flagged_fields,
+    force_option,
+    int_list,
+    price_options,
+    selected,
+    wide_option,
+)
 from accelbench.cli.run import execute
 from accelbench.errors import UsageError
 from accelbench.planning.config import TrainSpec
@@ -94,13 +103,8 @@ TRAIN_RUN_FLAGS = (
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json)."
 )
-@click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
-@click.option(
-    "--wide",
-    is_flag=True,
-    help="Every column in the tables, however narrow the terminal (otherwise the "
-    "columns beyond backend, status, figures and verdict fold under their row when they do not fit).",
-)
+@force_option
+@wide_option
 @price_options
 def train(
     plugin_names: tuple[str, ...],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelbench.api import EVAL_CROP_FRACTION, DatasetManifest, Prepared, RunConfig, describe_preprocessing
-from accelbench.plugins.shared import imagefolder
+from accelbench.plugins.shared import imagefolder, recipe
 
 from .training import JaxRun
 
@@ -40,12 +40,7 @@ class JaxDatasetRun(JaxRun):
         return self.dataset.image.channels
 
     def _recipe(self) -> dict[str, Any]:
-        return {
-            "momentum": self.spec.momentum,
-            "nesterov": self.spec.nesterov,
-            "weight_decay": self.spec.weight_decay,
-            "learning_rate": 0.0,
-        }
+        return recipe.sgd_settings(self.spec)
 
     def _synthetic(self, jax, shape):
         return None, None  # batches come from the dataset

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accelbench.api import EVAL_CROP_FRACTION, DatasetManifest, Prepared, RunConfig, describe_preprocessing
-from accelbench.plugins.shared import imagefolder
+from accelbench.plugins.shared import imagefolder, recipe
 
 from .training import TorchRun
 
@@ -74,12 +74,7 @@ class TorchDatasetRun(TorchRun):
         return self.dataset.image.channels
 
     def _recipe(self) -> dict[str, Any]:
-        return {
-            "momentum": self.spec.momentum,
-            "nesterov": self.spec.nesterov,
-            "weight_decay": self.spec.weight_decay,
-            "learning_rate": 0.0,
-        }
+        return recipe.sgd_settings(self.spec)
 
     def _synthetic(self):
         return None, None  # batches come from the dataset
