@@ -18,17 +18,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from accelbench.environments.machine import cache_dir
-from accelbench.records.jsonform import from_json
+from accelbench.records.jsonform import read_shipped
 
 if TYPE_CHECKING:
     from accelbench.records.blocks import Environment
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,18 +63,13 @@ class _AnchorsFile:
 @cache
 def _peaks() -> list[PublishedPeak]:
     """The published peaks, read once."""
-    return _read_data("accelerator_peaks.json", _PeaksFile).entries
+    return read_shipped(_PeaksFile, "accelerator_peaks.json").entries
 
 
 @cache
 def _anchors() -> list[Anchor]:
     """The training anchors, read once."""
-    return _read_data("training_anchors.json", _AnchorsFile).entries
-
-
-def _read_data(name: str, kind: type[T]) -> T:
-    document = json.loads(resources.files("accelbench").joinpath(f"data/{name}").read_text())
-    return from_json(kind, document, f"data/{name}")
+    return read_shipped(_AnchorsFile, "training_anchors.json").entries
 
 
 def published(kind: str, device_name: str, precision: str, devices: int = 1) -> Peak | None:

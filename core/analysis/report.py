@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import copy
 import html
-import json
 import os
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelbench.analysis import cost
 from accelbench.errors import UsageError
 from accelbench.records.blocks import Cost, Training
-from accelbench.records.jsonform import from_json
+from accelbench.records.jsonform import read_shipped
 from accelbench.records.results import Record
 
 if TYPE_CHECKING:
@@ -121,8 +119,7 @@ class StudyReference:
 
 
 def study_reference() -> StudyReference:
-    document = json.loads(resources.files("accelbench").joinpath("data/study_2018.json").read_text())
-    return from_json(StudyReference, document, "data/study_2018.json")
+    return read_shipped(StudyReference, "study_2018.json")
 
 
 def run_label(record: Record) -> str:

@@ -8,17 +8,15 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterator
 
 from accelbench.environments import datasets
 from accelbench.environments import python_envs as envs
 from accelbench.execution.processes import Worker, WorkerFailure
-from accelbench.execution.protocol import ReadDataset, Request, WriteDataset
+from accelbench.execution.protocol import AnswerT, ReadDataset, Request, WriteDataset
 from accelbench.planning.config import RunConfig
 from accelbench.registry import BackendRef
 
-#: the type of a worker request's answer
-R = TypeVar("R")
 #: converting a full ImageNet copy takes hours; a hang is the user's to stop here
 DATASET_TIMEOUT_S = 7 * 24 * 3600.0
 
@@ -39,7 +37,7 @@ class DatasetWriter:
         """(sha256, label) of every record of these files, read by the framework."""
         return [(path, label) for path, label in self._call(ReadDataset(files))]
 
-    def _call(self, request: Request[R]) -> R:
+    def _call(self, request: Request[AnswerT]) -> AnswerT:
         if self.worker is None:
             [setup] = envs.setups_for(self.ref)
             try:

@@ -42,7 +42,7 @@ import signal
 import threading
 import time
 from statistics import median
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable
 
 from accelbench.analysis import stats
 from accelbench.backend import DeviceMemory, Prepared
@@ -51,7 +51,7 @@ from accelbench.errors import UsageError
 from accelbench.execution import busy
 from accelbench.execution.energy import EnergyUse
 from accelbench.execution.processes import Worker, WorkerFailure, installed_by
-from accelbench.execution.protocol import Check, Prepare, ReadDeviceMemory, Request, Step, Teardown, WarmUpAlone
+from accelbench.execution.protocol import AnswerT, Check, Prepare, ReadDeviceMemory, Request, Step, Teardown, WarmUpAlone
 from accelbench.execution.runner import RunObserver, ScheduledRun
 from accelbench.execution.schedule import Schedule
 from accelbench.execution.timing import ProcessUsage, Timing, calls_per_sample
@@ -63,9 +63,6 @@ from accelbench.records.results import Record, RunContext, TrialOutcome
 if TYPE_CHECKING:
     from accelbench.planning.plan import Plan
 
-
-#: the type of a worker request's answer
-R = TypeVar("R")
 
 #: the time from a SIGSTOP or SIGCONT to its taking effect in every thread, before a block starts
 SETTLE_S = 0.05
@@ -188,7 +185,7 @@ class Side:
         self.device_memory = self._call(ReadDeviceMemory())
         self._call(Teardown())
 
-    def _call(self, request: Request[R]) -> R:
+    def _call(self, request: Request[AnswerT]) -> AnswerT:
         # the timeout is per phase here: a lockstep worker lives for a whole pair of many blocks
         if self.worker is None:
             raise RuntimeError(f"lockstep side {self.ctx.ref.id}: {request.phase} before the side was opened")

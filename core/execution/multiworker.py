@@ -12,10 +12,10 @@ import dataclasses
 import socket
 import time
 from multiprocessing.connection import wait
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 from accelbench.execution.processes import MEMORY_CHECK_INTERVAL_S, Worker, WorkerFailure, installed_by
-from accelbench.execution.protocol import Check, Prepare, ReadDeviceMemory, Request, Serve, Teardown, TimedRun
+from accelbench.execution.protocol import AnswerT, Check, Prepare, ReadDeviceMemory, Request, Serve, Teardown, TimedRun
 from accelbench.execution.timing import ProcessUsage
 from accelbench.launch import LaunchPlan
 from accelbench.planning.config import RunConfig
@@ -23,9 +23,6 @@ from accelbench.records.blocks import WorkerRow
 from accelbench.records.footprint import Startup
 from accelbench.records.results import TrialOutcome, TrialRow
 from accelbench.registry import BackendRef
-
-#: the type of a worker request's answer
-R = TypeVar("R")
 
 SERVICE_EXIT_GRACE_S = 20
 # how long a worker's error waits for a peer's death to show (the kernel closes a dying process's
@@ -92,9 +89,9 @@ def run_trial(
 def _all(
     workers: list[Worker],
     services: list[Worker],
-    request: Request[R],
+    request: Request[AnswerT],
     on_progress: Callable[[str, int, int | None], None] | None = None,
-) -> list[R]:
+) -> list[AnswerT]:
     for process in workers:
         process.send(request)
     answers: dict[int, Any] = {}

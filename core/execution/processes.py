@@ -17,18 +17,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, Callable, cast
 
 from accelbench.execution import allocators, memwatch
-from accelbench.execution.protocol import Answer, Exit, Failed, Progress, ProtocolMismatch, Request, check_hello
+from accelbench.execution.protocol import Answer, AnswerT, Exit, Failed, Progress, ProtocolMismatch, Request, check_hello
 from accelbench.planning.config import RunConfig
 from accelbench.records.blocks import Installed
 from accelbench.registry import BackendRef, framework_modules
 
 #: how often the host looks at a working worker's resident memory (when it has a limit)
 MEMORY_CHECK_INTERVAL_S = 0.25
-
-R = TypeVar("R")
 
 
 class WorkerFailure(Exception):
@@ -100,14 +98,14 @@ class Worker:
         #: what the worker read of its own Python (its first message, taken with the first answer)
         self.installed: Installed | None = None
 
-    def call(self, request: Request[R], on_progress: Callable[[str, int, int | None], None] | None = None) -> R:
+    def call(self, request: Request[AnswerT], on_progress: Callable[[str, int, int | None], None] | None = None) -> AnswerT:
         """Send a request and wait for its answer; WorkerFailure on error, death or timeout."""
         self.send(request)
         while True:
             done, answer = self.take(self._receive(), on_progress)
             if done:
                 # the pipe carries pickles: the answer is of the type the request names (``protocol``)
-                return cast(R, answer)
+                return cast(AnswerT, answer)
 
     def send(self, request: Request[Any]) -> None:
         self.phase, self.busy = request.phase, True

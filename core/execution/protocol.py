@@ -25,6 +25,8 @@ from accelbench.records.blocks import Installed
 PROTOCOL_VERSION = 2
 
 R = TypeVar("R", covariant=True)
+#: the type of a request's answer, in a function that sends any request (``Worker.call``)
+AnswerT = TypeVar("AnswerT")
 
 
 class WorkerSide(Protocol):

@@ -14,9 +14,11 @@ Field metadata this room reads:
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from functools import cache
+from importlib import resources
 from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
@@ -56,6 +58,12 @@ def to_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: to_json(item) for key, item in value.items()}
     return value
+
+
+def read_shipped(kind: type[T], name: str) -> T:
+    """A data file accelbench ships (``accelbench/data/NAME``) read into ``kind``."""
+    document = json.loads(resources.files("accelbench").joinpath(f"data/{name}").read_text())
+    return from_json(kind, document, f"data/{name}")
 
 
 class FormError(ValueError):
