@@ -23,10 +23,13 @@ from accelbench.records.jsonform import read_shipped
 from accelbench.records.results import Record
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from accelbench.analysis.compare import Comparison
+    from accelbench.records.mlperf_log import LoggedRun
 
 SWEEP_PNG = "throughput_vs_batch.png"
 DOLLARS_PNG = "images_per_dollar.png"
@@ -237,8 +240,9 @@ def footprint_figure(records: list[Record], title: str) -> Figure:
     return fig
 
 
-def accuracy_figure(records: list[Record]) -> Figure:
-    """Held-out top-1 against epoch, one line per train-mode record; its target dashed."""
+def accuracy_figure(records: list[Record], logged: Sequence[LoggedRun] = ()) -> Figure:
+    """Held-out top-1 against epoch, one line per train-mode record; its target dashed; MLPerf
+    logs read by ``report --mlperf-logs`` dotted, with hollow markers."""
     _headless()
     import matplotlib.pyplot as plt
 
@@ -248,6 +252,9 @@ def accuracy_figure(records: list[Record]) -> Figure:
         if points:
             (line,) = ax.plot(*zip(*points), marker="o", label=f"{run_label(record)} on {record.data.source}")
             ax.axhline(training.target_top1, color=line.get_color(), linestyle="--", linewidth=0.8)
+    for run in logged:
+        if run.points:
+            ax.plot(*zip(*run.points), marker="o", markerfacecolor="none", linestyle=":", label=f"MLPerf log {run.label}")
     return _finished(fig, ax, "epoch", "top-1 accuracy (held-out split)", "Convergence: top-1 against epoch (dashed: target)")
 
 
@@ -385,8 +392,10 @@ def write(
     pricing: cost.Pricing,
     include_reference: bool = True,
     tolerance: float = DEFAULT_TOLERANCE,
+    logged: Sequence[LoggedRun] = (),
 ) -> Path:
-    """Write index.html and its PNGs into ``out_dir``; returns the HTML path."""
+    """Write index.html and its PNGs into ``out_dir``; returns the HTML path. ``logged``: MLPerf
+    logs to draw beside the train-mode runs."""
     from accelbench.analysis import compare
 
     out = Path(out_dir)
@@ -409,8 +418,8 @@ def write(
         ]
         if _footprints(members):
             figures.append((_figure_name(index, FOOTPRINT_PNG), footprint_figure(members, f"Start-up and peak memory: {label}")))
-    if training_records(priced):
-        figures.append((ACCURACY_PNG, accuracy_figure(priced)))
+    if training_records(priced) or logged:
+        figures.append((ACCURACY_PNG, accuracy_figure(priced, logged)))
     rounds = round_series(priced)
     if rounds:
         figures.append((ROUNDS_PNG, rounds_figure(rounds)))
@@ -426,7 +435,7 @@ def write(
     for name, fig in figures:
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
-    page = _page(priced, groups, comparisons, tolerance, reference, catalogue, epochs, bool(by_pair))
+    page = _page(priced, groups, comparisons, tolerance, reference, catalogue, epochs, bool(by_pair), logged)
     target = out / "index.html"
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".index.", suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
@@ -449,12 +458,13 @@ def _page(
     catalogue: list[cost.Price],
     epochs: int,
     by_pair: bool = False,
+    logged: Sequence[LoggedRun] = (),
 ) -> str:
     sections = "\n".join(
         _workload_section(index, label, members, epochs) for index, (label, members) in enumerate(groups.items())
     )
     study = _study_section(reference, catalogue, epochs) if reference else ""
-    convergence = _training_section(training_records(records))
+    convergence = _training_section(training_records(records), bool(logged)) + _mlperf_section(records, logged)
     drift = _rounds_section(records) if round_series(records) else ""
     title = html.escape("accelbench report: " + ("; ".join(groups) or "no runs"))
     return f"""<!doctype html>
@@ -633,9 +643,9 @@ def _rounds_section(records: list[Record]) -> str:
 {listed}"""
 
 
-def _training_section(records: list[tuple[Record, Training]]) -> str:
+def _training_section(records: list[tuple[Record, Training]], logged: bool = False) -> str:
     if not records:
-        return ""
+        return f'<h2>Convergence</h2><img src="{ACCURACY_PNG}" alt="top-1 against epoch">' if logged else ""
     rows = []
     for r, t in records:
         reached, c = t.target_reached and t.time_to_target_s is not None, t.cost_to_target
@@ -656,6 +666,57 @@ evaluation and input pipeline). Cost to target = that time x the price per hour.
 <table><tr><th>run</th><th>dataset</th><th>target top-1</th><th>best top-1</th><th>epochs to target</th>
 <th>hours to target</th><th>cost to target</th><th>train images/s</th></tr>{"".join(rows)}</table>
 """
+
+
+def _mlperf_section(records: list[Record], logged: Sequence[LoggedRun]) -> str:
+    """MLCommons' result summarizer's score of each system beside accelbench's own figures of the
+    same runs (same seeds), and the MLPerf logs read with --mlperf-logs."""
+    from accelbench.analysis.mlperf_checks import olympic_mean
+    from accelbench.records.mlperf_log import RULESET
+
+    systems: dict[str, list[tuple[Record, Training]]] = {}
+    for record, training in training_records(records):
+        if training.mlperf:
+            systems.setdefault(training.mlperf.system, []).append((record, training))
+    rows = []
+    for system, runs in systems.items():
+        mlperf = runs[0][1].mlperf
+        assert mlperf is not None
+        seeds = ", ".join(str(r.config.get("seed")) for r, _ in runs)
+        passed = sum(t.mlperf.compliance == "passed" for _, t in runs if t.mlperf)
+        ours = olympic_mean([t.wall_time_s / 60 for _, t in runs])
+        to_target = [t.time_to_target_s / 60 if t.time_to_target_s is not None else None for _, t in runs]
+        cells = [
+            html.escape(system),
+            f"{len(runs)} (seeds {html.escape(seeds)})",
+            f"{passed} of {len(runs)} passed",
+            f"{mlperf.score_minutes:.4f}" if mlperf.score_minutes is not None else html.escape(f"- ({mlperf.reason})"),
+            f"{ours:.4f}" if ours is not None else "-",
+            ", ".join(f"{m:.4f}" if m is not None else "not reached" for m in to_target),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    table = (
+        f"""<h2>MLPerf Training logs: scored by MLCommons' result summarizer</h2>
+<p>Each run's MLPerf log (ruleset {RULESET}, division open)
+checked by MLCommons' compliance checker; the score is the summarizer's time to train, run_start to run_stop,
+olympic mean of the system's runs (best and worst dropped). Beside it, the same mean computed from our records,
+and accelbench's time to target of each run.</p>
+<table><tr><th>system</th><th>runs</th><th>compliance checker</th><th>MLPerf score (min)</th>
+<th>accelbench run time, olympic mean (min)</th><th>accelbench time to target (min, by seed)</th></tr>{"".join(rows)}</table>"""
+        if rows
+        else ""
+    )
+    if logged:
+        listed = "".join(
+            f"<tr><td>{html.escape(run.label)}</td><td>{len(run.points)}</td>"
+            f"<td>{max((a for _, a in run.points), default=0):.4f}</td>"
+            f"<td>{f'{run.minutes:.2f}' if run.minutes is not None else '-'}</td><td>{html.escape(run.status or '-')}</td></tr>"
+            for run in logged
+        )
+        table += f"""<h3>MLPerf logs read (dotted in the convergence figure)</h3>
+<table><tr><th>log</th><th>evaluations</th><th>best eval_accuracy</th><th>run_start to run_stop (min)</th>
+<th>status</th></tr>{listed}</table>"""
+    return table
 
 
 def _study_section(reference: StudyReference, catalogue: list[cost.Price], epochs: int) -> str:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from accelbench.cli.app import cli
 from accelbench.cli.options import price_options, wide_option
 from accelbench.errors import UsageError
+
+if TYPE_CHECKING:
+    from accelbench.records.mlperf_log import LoggedRun
 
 
 @cli.command()
@@ -79,6 +84,14 @@ def compare(files: tuple[str, ...], tolerance: str | None, margin: str | None, a
     help="A folder of committed results files (<machine>/<date>-<case>.json) to render as Markdown tables (with --markdown).",
 )
 @click.option("--markdown", is_flag=True, help="Print the --evidence folder's tables as Markdown (what the docs show).")
+@click.option(
+    "--mlperf-logs",
+    "mlperf_logs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A folder of MLPerf Training logs (ours or a published submission's) to draw beside the runs (repeatable; "
+    "needs accelbench[mlperf]).",
+)
 @price_options
 def report(
     files: tuple[str, ...],
@@ -87,6 +100,7 @@ def report(
     tolerance: str,
     evidence: str | None,
     markdown: bool,
+    mlperf_logs: tuple[str, ...],
     prices: str | None,
     price: str | None,
     price_per_hour: float | None,
@@ -107,10 +121,30 @@ def report(
 
         click.echo(evidence_files.markdown(evidence_files.load(evidence), evidence), nl=False)
         return
-    if not files or not out_dir:
-        raise UsageError("report: give results FILES and --out DIR (or --evidence DIR --markdown)")
+    if not (files or mlperf_logs) or not out_dir:
+        raise UsageError("report: give results FILES (or --mlperf-logs DIR) and --out DIR (or --evidence DIR --markdown)")
     bound = parse_tolerance(tolerance)
+    logged = _mlperf_logs(mlperf_logs)
     loaded = [r for name in files for r in records.read_results(name)]
     pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
-    page = reporting.write(loaded, out_dir, pricing, include_reference=reference, tolerance=bound)
+    page = reporting.write(loaded, out_dir, pricing, include_reference=reference, tolerance=bound, logged=logged)
     click.echo(f"report: {page}")
+
+
+def _mlperf_logs(folders: tuple[str, ...]) -> list[LoggedRun]:
+    """The MLPerf logs under each --mlperf-logs folder, parsed by MLCommons' parser; a folder
+    that holds none is refused."""
+    if not folders:
+        return []
+    from accelbench.records import mlperf_log
+
+    mlperf_log.require("--mlperf-logs")
+    logged = []
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise UsageError(f"--mlperf-logs {folder!r} is not a folder")
+        found = mlperf_log.read_logs(Path(folder))
+        if not found:
+            raise UsageError(f"--mlperf-logs {folder!r} holds no MLPerf log (*.txt with :::MLLOG lines)")
+        logged += found
+    return logged

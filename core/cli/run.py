@@ -28,6 +28,8 @@ from accelbench.errors import UsageError
 from accelbench.execution.schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS, DEFAULT_UNTIL_BLOCKS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from accelbench.analysis.cost import Pricing
     from accelbench.cli.console import ResultsTable
     from accelbench.execution.schedule import Schedule
@@ -349,10 +351,13 @@ def execute(
     force: bool = False,
     create_envs: bool = True,
     exit_on_failure: bool = True,
+    finish: Callable[[list[Record]], list[Record]] | None = None,
 ) -> list[Record]:
     """Run the plans, pricing the records and merging them into the results file after every trial
     (so an interruption keeps every finished one, and the records other runs put there stay;
-    ``force``: the file is started afresh); print ``table``; exit 1 when a run failed."""
+    ``force``: the file is started afresh); ``finish`` adds to the finished records what needs
+    them all (train mode's MLPerf logs), written once more; print ``table``; exit 1 when a run
+    failed."""
     from accelbench.cli.console import run_observer
     from accelbench.execution import lockstep, runner
     from accelbench.records import results as records
@@ -381,6 +386,8 @@ def execute(
         )
         click.echo(f"{getattr(stop, 'signal_name', 'interrupted')}: {saved}", err=True)
         sys.exit(getattr(stop, "exit_code", 130))
+    if finish and done:
+        keep(finish(done))
     if view.tables:
         table(done, wide=view.wide).print()
     if view.as_json:

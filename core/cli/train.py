@@ -23,11 +23,16 @@ from accelbench.cli.options import (
 )
 from accelbench.cli.run import execute
 from accelbench.errors import UsageError
+from accelbench.planning import inputs
 from accelbench.planning.config import TrainSpec
 from accelbench.planning.inputs import TIMEOUT
+from accelbench.records.mlperf_log import Submission
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from accelbench.environments.datasets import DatasetManifest
+    from accelbench.records.results import Record
 
 
 @cli.command()
@@ -103,6 +108,24 @@ TRAIN_RUN_FLAGS = (
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False), help="Results file (default results/accelbench-train-<time>.json)."
 )
+@click.option(
+    "--runs",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Train each backend N times, with seeds --seed, --seed+1, ... (MLPerf scores 5 ResNet runs).",
+)
+@click.option(
+    "--mlperf-log",
+    "mlperf_dir",
+    type=click.Path(file_okay=False),
+    help="Write every run as an MLPerf Training log under DIR, checked by MLCommons' compliance checker "
+    "and scored by its result summarizer (needs accelbench[mlperf]).",
+)
+@click.option("--submission-org", help="The MLPerf logs' submission_org (default: the machine's hostname).")
+@click.option(
+    "--submission-platform", help="The MLPerf logs' submission_platform (default: the run's CPU or accelerator, and framework)."
+)
 @force_option
 @wide_option
 @price_options
@@ -111,6 +134,10 @@ def train(
     backend_names: tuple[str, ...],
     data_dir: str | None,
     timeout: float,
+    runs: int,
+    mlperf_dir: str | None,
+    submission_org: str | None,
+    submission_platform: str | None,
     output: str | None,
     force: bool,
     wide: bool,
@@ -121,12 +148,12 @@ def train(
     epochs: int,
     **flags: Any,
 ) -> None:
-    """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy."""
+    """Train to a target top-1 on a real dataset: accuracy curves, time and cost to accuracy;
+    with --mlperf-log, MLPerf Training logs of the runs, checked and scored by MLCommons' tools."""
     from accelbench.analysis import cost
     from accelbench.cli.console import TrainingTable
     from accelbench.environments import datasets
     from accelbench.execution import conversion, runner
-    from accelbench.planning import inputs
     from accelbench.planning.config import RunConfig
 
     refs = selected(plugin_names, backend_names, training=True)
@@ -139,10 +166,44 @@ def train(
     pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
     path = Path(output or f"results/accelbench-train-{datetime.now():%Y%m%d-%H%M%S}.json")
     inputs.check_output(path, force)
+    finish = mlperf_packaging(mlperf_dir, force, Submission(submission_org, submission_platform))
     dataset = datasets.load(data_dir, what="--data") if data_dir is not None else datasets.load(conversion.default_dataset(refs))
     config = RunConfig.from_dict({**training_config(dataset, flags), "timeout_s": timeout})
-    plans = runner.plan(refs, config)
-    execute(plans, path, pricing, TrainingTable, view=View(wide=wide), force=force)
+    # run by run, every backend in each: a machine drifting over the runs shifts every backend alike
+    plans = [plan for seed in range(config.seed, config.seed + runs) for plan in runner.plan(refs, config.replace(seed=seed))]
+    execute(plans, path, pricing, TrainingTable, view=View(wide=wide), force=force, finish=finish)
+
+
+def mlperf_packaging(folder: str | None, force: bool, submission: Submission) -> Callable[[list[Record]], list[Record]] | None:
+    """What --mlperf-log does once the runs are done (None without it), checked before any run:
+    MLCommons' package is installed and the folder holds no earlier submission (--force: replaced)."""
+    if folder is None:
+        given = "--submission-org" if submission.org is not None else "--submission-platform" if submission.platform else None
+        if given:
+            raise UsageError(f"{given} names the MLPerf logs: give it with --mlperf-log DIR")
+        return None
+    from accelbench.analysis import mlperf_checks
+    from accelbench.records import mlperf_log
+
+    mlperf_log.require()
+    out = Path(folder)
+    try:
+        taken = mlperf_checks.check_folder(out)
+        if taken and not (force and out.is_dir()):
+            raise UsageError(f"--mlperf-log {taken}")
+        inputs.check_writable_folder(out, "--mlperf-log")
+    except OSError as exc:  # a name too long for the file system, say
+        raise UsageError(f"--mlperf-log {folder!r}: {exc.strerror or exc}") from None
+
+    def package(records: list[Record]) -> list[Record]:
+        if force:
+            mlperf_checks.clear(out)
+        packaged = mlperf_checks.package(records, out, submission)
+        for line in mlperf_checks.summary_lines(packaged):
+            click.echo(f"mlperf: {line}", err=True)
+        return packaged
+
+    return package
 
 
 def training_config(dataset: DatasetManifest, flags: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ def collect(modules: Iterable[str] = ()) -> Environment:
             "cpu_model": cpu_model(),
             "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(MATH_FLAG_PREFIXES)),
             "cpu_cores": os.cpu_count() or 1,
+            **_when_known("cpu_sockets", cpu_sockets()),
             "memory_bytes": _memory_bytes(),
             **_when_known("memory_returned_to_host", memory_returned_to_host()),
             "os": platform.platform(),
@@ -43,6 +44,17 @@ def collect(modules: Iterable[str] = ()) -> Environment:
             "lock": lock(),
         },
     )
+
+
+def cpu_sockets() -> int | None:
+    """Physical CPU packages: the distinct ``physical id`` lines of /proc/cpuinfo (None where the
+    kernel lists none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    ids = {line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("physical id")}
+    return len(ids) or None
 
 
 @cache

@@ -44,6 +44,12 @@ EVAL_CROP_FRACTION = 0.875
 class TrainingResult:
     steps_per_epoch: int
     curve: list[CurvePoint] = field(default_factory=list)
+    #: the wall clock (seconds since the epoch) when the first step began: the run's start, which
+    #: every ``*_s`` time of the curve counts from
+    run_start_unix_s: float = 0.0
+    #: images in the dataset's splits (MLPerf's ``train_samples`` and ``eval_samples``)
+    train_samples: int | None = None
+    eval_samples: int | None = None
     epochs_to_target: int | None = None
     time_to_target_s: float | None = None
     train_time_s: float = 0.0
@@ -70,7 +76,8 @@ def train(
     of the later epochs' steps, which the steady figures time.
     """
     result = TrainingResult(steps_per_epoch)
-    start = time.perf_counter()
+    # one reading of each clock: the curve counts from ``start``, the MLPerf log places it by the wall clock
+    result.run_start_unix_s, start = time.time(), time.perf_counter()
     steady_times: list[float] = []
     steady_losses: list[float | None] = []
     energies: list[EnergyUse | None] = []
@@ -78,6 +85,7 @@ def train(
     for epoch in range(1, spec.max_epochs + 1):
         rates = epoch_rates(spec, epoch, steps_per_epoch, global_batch)
         feed = iter(rates)
+        started = time.perf_counter() - start
         timing = run_timed(
             lambda: backend.train_step(next(feed)),
             TimingPlan(0, timed_calls=steps_per_epoch),
@@ -86,8 +94,15 @@ def train(
         )
         result.train_time_s += timing.wall_time_s
         finite = [x for x in timing.losses if x is not None]
+        trained = time.perf_counter() - start
         row = CurvePoint(
-            epoch, rates[-1], sum(finite) / len(finite) if finite else None, result.train_time_s, time.perf_counter() - start
+            epoch,
+            rates[-1],
+            sum(finite) / len(finite) if finite else None,
+            result.train_time_s,
+            trained,
+            started_s=started,
+            trained_s=trained,
         )
         if epoch == 1:
             first = timing
@@ -150,15 +165,23 @@ def epoch_rates(spec: TrainSpec, epoch: int, steps_per_epoch: int, global_batch:
 
 def _evaluate(backend: Backend, row: CurvePoint, result: TrainingResult, start: float) -> None:
     began = time.perf_counter()
+    row.eval_started_s = began - start
     scores = backend.evaluate()
     result.eval_time_s += time.perf_counter() - began
     row.eval_accuracy, row.eval_top5_accuracy, row.eval_loss = scores["top1"], scores.get("top5"), scores.get("loss")
     row.wall_time_s = time.perf_counter() - start
 
 
-def summary(result: TrainingResult, spec: TrainSpec, global_batch: int, preprocessing: dict[str, Any] | None = None) -> Training:
+def summary(
+    result: TrainingResult,
+    spec: TrainSpec,
+    global_batch: int,
+    preprocessing: dict[str, Any] | None = None,
+    init_s: float | None = None,
+) -> Training:
     """The record's ``training`` block from the worker's result (no cost yet: ``accelbench.analysis.cost``
-    prices it)."""
+    prices it). ``init_s``: from the host starting the worker to the first step (MLPerf's
+    initialisation: interpreter, imports, model and input pipeline)."""
     evaluated = [row for row in result.curve if row.eval_accuracy is not None]
     best = max(evaluated, key=lambda row: row.eval_accuracy or 0.0, default=None)
     epochs = len(result.curve)
@@ -182,6 +205,10 @@ def summary(result: TrainingResult, spec: TrainSpec, global_batch: int, preproce
         recipe=spec.to_dict(),
         curve=list(result.curve),
         preprocessing=preprocessing or {},
+        run_start_unix_s=result.run_start_unix_s or None,
+        init_s=init_s,
+        train_samples=result.train_samples,
+        eval_samples=result.eval_samples,
     )
 
 

@@ -153,9 +153,11 @@ class Session:
     def train(self) -> training.TrainingResult:
         spec = self.config.train_spec
         batch = self.config.resolved_global_batch
-        return training.train(
+        result = training.train(
             self.backend, spec, training.steps_per_epoch(self._dataset, batch), batch, progress=self._progress, meter=self._meter
         )
+        result.train_samples, result.eval_samples = self._dataset.count("train"), self._dataset.count("val")
+        return result
 
     def run(self) -> Timing:
         """The timing loop of ``accelbench run``: the config's warm-up, then its timed calls."""

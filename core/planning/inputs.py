@@ -138,7 +138,7 @@ def check_output(path: Path, force: bool) -> None:
 
     if path.is_dir():
         raise UsageError(f"-o {path}: is a folder; give a file name")
-    _check_folder(path.parent)
+    check_writable_folder(path.parent)
     if not path.exists() or force:
         return
     refusal = UsageError(
@@ -152,22 +152,22 @@ def check_output(path: Path, force: bool) -> None:
         raise refusal
 
 
-def _check_folder(folder: Path) -> None:
+def check_writable_folder(folder: Path, flag: str = "-o") -> None:
     """The folder exists and a file can be created in it, or it can be made (tried, then removed:
     a refusal leaves nothing behind, not even an empty folder; the writer makes it)."""
     existing = folder
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"-o: {existing} is a file, so no folder can be made under it")
+        raise UsageError(f"{flag}: {existing} is a file, so no folder can be made under it")
     if existing != folder:
         if not can_make_folder_in(existing):
-            raise UsageError(f"-o: cannot write in {folder}: cannot make a folder in {existing}")
+            raise UsageError(f"{flag}: cannot write in {folder}: cannot make a folder in {existing}")
         return
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise UsageError(f"-o: cannot write in {folder}: {exc.strerror or exc}") from None
+        raise UsageError(f"{flag}: cannot write in {folder}: {exc.strerror or exc}") from None
     if not os.access(folder, os.W_OK):
-        raise UsageError(f"-o: cannot write in {folder}")
+        raise UsageError(f"{flag}: cannot write in {folder}")

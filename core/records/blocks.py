@@ -71,6 +71,8 @@ class Environment:
     #: the vector and matrix units that decide a framework's kernels (absent in the oldest records)
     cpu_flags: list[str] | None = omitted_while_none()
     cpu_cores: int
+    #: physical CPU packages (distinct ``physical id`` in /proc/cpuinfo; since 1.14)
+    cpu_sockets: int | None = omitted_while_none()
     memory_bytes: int
     memory_returned_to_host: bool | None = omitted_while_none()
     os: str
@@ -234,6 +236,30 @@ class CurvePoint:
     eval_accuracy: float | None = None
     eval_top5_accuracy: float | None = None
     eval_loss: float | None = None
+    #: seconds from the run's start when this epoch's first step began, its last step ended and
+    #: its evaluation began (since result schema 1.14: the MLPerf log's epoch and eval intervals)
+    started_s: float | None = omitted_while_none()
+    trained_s: float | None = omitted_while_none()
+    eval_started_s: float | None = omitted_while_none()
+
+
+@dataclass
+class MlperfLog:
+    """This run's MLPerf Training log (``accelbench train --mlperf-log``) and what MLCommons'
+    tools said of it (``accelbench.analysis.mlperf_checks``)."""
+
+    #: the log, ``<dir>/results/<system>/resnet/result_<i>.txt``
+    log: str
+    ruleset: str
+    division: str
+    #: the system description's name (``<dir>/systems/<system>.json``): one per backend and machine
+    system: str
+    #: what the compliance checker said: "passed", or its first error
+    compliance: str
+    #: the result summarizer's score of the system's runs (minutes, olympic mean), or None and why
+    score_minutes: float | None
+    runs_scored: int
+    reason: str | None = omitted_while_none()
 
 
 @dataclass
@@ -268,6 +294,14 @@ class Training:
     #: what the backend's input pipelines did (free-form per framework)
     preprocessing: dict[str, Any] = field(default_factory=dict)
     cost_to_target: CostToTarget | None = None
+    #: the wall clock (Unix seconds) at the first step: the curve's times count from it (since 1.14)
+    run_start_unix_s: float | None = omitted_while_none()
+    #: from the host starting the worker to the first step (MLPerf's initialisation)
+    init_s: float | None = omitted_while_none()
+    #: images in the dataset's training and held-out splits
+    train_samples: int | None = omitted_while_none()
+    eval_samples: int | None = omitted_while_none()
+    mlperf: MlperfLog | None = omitted_while_none()
 
 
 @dataclass

@@ -508,7 +508,10 @@ def _add_training(record: Record, cfg: RunConfig, outcome: TrialOutcome) -> None
         return
     preprocessing = record.settings.pop("preprocessing", {})
     spec = cfg.train_spec
-    record.training = training.summary(outcome.training, spec, cfg.resolved_global_batch, preprocessing)
+    startup = outcome.startup
+    # the host started the worker this long before the first step began (one clock for both: footprint.Startup)
+    init_s = startup.worker_to_first_step_s - startup.first_step_s if startup else None
+    record.training = training.summary(outcome.training, spec, cfg.resolved_global_batch, preprocessing, init_s)
 
 
 def _steps(cfg: RunConfig, per_call: int, outcomes: list[TrialOutcome]) -> Steps:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from accelbench.errors import UsageError
 
-RESULT_SCHEMA_VERSION = "1.13.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
+RESULT_SCHEMA_VERSION = "1.14.0"  # 1.1: optional cost block; 1.2: train mode (mode, training);
 #                                  1.3: interleaved schedule (schedule, trial round/times, trend);
 #                                  1.4: model, variant, precision, device kind and engine are any
 #                                  identifier a plugin declares (were closed lists);
@@ -26,7 +26,10 @@ RESULT_SCHEMA_VERSION = "1.13.0"  # 1.1: optional cost block; 1.2: train mode (m
 #                                  1.12: trials' position (each round's order, read by compare);
 #                                  1.13: schedule.spending (repeated intervals over the looks),
 #                                  schedule.lockstep.time and .efficiency; environment.worker read
-#                                  in the worker on every path (host kind included)
+#                                  in the worker on every path (host kind included);
+#                                  1.14: train mode's timeline (training.run_start_unix_s, init_s,
+#                                  the curve's started_s/trained_s/eval_started_s), the splits'
+#                                  sizes and training.mlperf (the MLPerf log and its checks)
 
 
 @cache
