@@ -65,6 +65,9 @@ class ClusterRank:
     #: device, as a launcher's nproc-per-node): what an engine sets as the local rank
     local_rank: int = 0
     local_workers: int = 1
+    #: ranks on this host across every process a launcher started there (LOCAL_WORLD_SIZE; None:
+    #: ``local_workers``, this process's)
+    local_world_size: int | None = None
 
     @property
     def coordinator_host(self) -> str:
@@ -141,7 +144,10 @@ def plan_host(engine: Engine, first: ClusterRank) -> LaunchPlan:
             f"--rank {first.rank} with --local-workers {first.local_workers} runs ranks up to {last}, "
             f"beyond the job's {first.workers} workers"
         )
-    plans = [plan_rank(engine, replace(first, rank=first.rank + i, local_rank=i)) for i in range(first.local_workers)]
+    plans = [
+        plan_rank(engine, replace(first, rank=first.rank + i, local_rank=first.local_rank + i))
+        for i in range(first.local_workers)
+    ]
     return LaunchPlan(
         plans[0].engine,
         first.workers,

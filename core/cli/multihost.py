@@ -18,10 +18,10 @@ from accelbench.errors import UsageError
 @click.option(
     "--rank",
     type=int,
-    required=True,
-    help="This worker's rank, 0..workers-1 (with --local-workers N: the first of the N ranks this host runs).",
+    help="This worker's rank, 0..workers-1 (with --local-workers N: the first of the N ranks this host runs; "
+    "default: the launcher's, from its environment).",
 )
-@click.option("--workers", type=int, required=True, help="Workers in the job, across every host.")
+@click.option("--workers", type=int, help="Workers in the job, across every host (default: the launcher's).")
 @click.option(
     "--local-workers",
     type=click.IntRange(min=1),
@@ -30,10 +30,18 @@ from accelbench.errors import UsageError
     help="Ranks this host runs, --rank and the ones after it: one per device, as a launcher's nproc-per-node.",
 )
 @click.option(
-    "--coordinator", required=True, help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one)."
+    "--coordinator",
+    help="HOST:PORT of the job's coordinator (a scheduler rank 0 starts, for engines with one; "
+    "default: the launcher's first node or MASTER_ADDR:MASTER_PORT).",
 )
-@click.option("--peers", help="Every worker's HOST:PORT, comma-separated, in rank order (engines that need it).")
-@click.option("--host", "node_host", help="This host's address as the other hosts reach it (engines that need it).")
+@click.option(
+    "--peers",
+    help="Every worker's HOST:PORT, comma-separated, in rank order (engines that need it; default: from Slurm's nodes).",
+)
+@click.option(
+    "--host", "node_host", help="This host's address as the other hosts reach it (engines that need it; default: this node's)."
+)
+@click.option("--service", help="A Kubernetes Indexed Job's headless Service, through which its pods reach each other.")
 @click.option(
     "--servers",
     type=click.IntRange(min=1),
@@ -43,11 +51,12 @@ from accelbench.errors import UsageError
 )
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
 def worker(
-    rank: int,
+    rank: int | None,
     local_workers: int,
-    coordinator: str,
+    coordinator: str | None,
     peers: str | None,
     node_host: str | None,
+    service: str | None,
     servers: int,
     plugin_names: tuple[str, ...],
     backend_names: tuple[str, ...],
@@ -56,12 +65,19 @@ def worker(
     output: str,
     **flags: Any,
 ) -> None:
-    """Run the ranks one host holds in a multi-host job; a cluster scheduler starts one per host."""
+    """Run the ranks one host holds in a multi-host job; a cluster scheduler starts one per host.
+    Under srun, torchrun, mpirun or a Kubernetes Indexed Job the ranks come from the launcher's
+    environment (flags win, and must agree with it)."""
+    import os
+
     from accelbench import launch
     from accelbench.execution import distributed, runner
+    from accelbench.planning import launchers
     from accelbench.records import results as records
 
-    config = run_config(config_file, {**flags, "scaling_baseline": False}, options)
+    placed = launchers.resolve(os.environ, rank, flags.get("workers"), coordinator, local_workers, service)
+    coordinator, rank = placed.coordinator or "", placed.rank
+    config = run_config(config_file, {**flags, "workers": placed.workers, "scaling_baseline": False}, options)
     refs = selected(plugin_names, backend_names)
     if len(refs) != 1:
         raise UsageError(f"a worker runs exactly one backend; selected {len(refs)}")
@@ -69,20 +85,30 @@ def worker(
     if item.precheck:
         raise UsageError(item.precheck.reason)
     endpoint(coordinator, "--coordinator")
-    peer_list = tuple(peers.split(",")) if peers else ()
+    peer_list = tuple(peers.split(",")) if peers else placed.peers(local_workers)
     if peer_list and len(peer_list) != config.workers:
         raise UsageError(f"--peers names {len(peer_list)} workers but --workers is {config.workers}: one HOST:PORT a rank")
     for peer in peer_list:
         endpoint(peer, "--peers")
-    cluster = launch.ClusterRank(rank, config.workers, coordinator, peer_list, node_host, servers, local_workers=local_workers)
+    cluster = launch.ClusterRank(
+        rank,
+        config.workers,
+        coordinator,
+        peer_list,
+        node_host or placed.node_host,
+        servers,
+        local_rank=placed.local_rank,
+        local_workers=local_workers,
+        local_world_size=placed.local_world_size,
+    )
     engine = refs[0].backend.engine
     if engine is None:  # planning refuses it for --workers > 1; a job of one worker needs an engine all the same
         raise UsageError(f"{refs[0].id} has no multi-worker engine: `accelbench worker` runs a rank of a multi-host job")
     plan = launch.plan_host(engine, cluster)
-    record = distributed.run_rank(refs[0], item.config, plan, rank)
+    record = distributed.run_rank(refs[0], item.config, plan, rank, placed.local_rank, placed.launcher)
     records.write_results(Path(output), [record])
     ranks = f"rank {rank}" if local_workers == 1 else f"ranks {rank}-{rank + local_workers - 1}"
-    click.echo(f"{ranks}: {record.status} {record.reason}".strip())
+    click.echo(f"{ranks} ({placed.launcher.name}): {record.status} {record.reason}".strip())
     sys.exit(0 if record.ok else 1)
 
 

@@ -17,7 +17,7 @@ from accelbench.execution import multiworker, netns
 from accelbench.execution.processes import WorkerFailure
 from accelbench.launch import Engine, LaunchPlan
 from accelbench.planning.config import RunConfig
-from accelbench.records.blocks import Distributed
+from accelbench.records.blocks import Distributed, Launcher
 from accelbench.records.results import Record, RunContext, TrialOutcome, build
 from accelbench.registry import BackendRef
 
@@ -54,7 +54,13 @@ MULTI_HOST_NETWORK = "the host's network (a multi-host job: its engine's ports a
 
 
 def _distributed_block(
-    engine: str, cfg: RunConfig, outcomes: list[TrialOutcome], first_rank: int, baseline: float | None, network: str
+    engine: str,
+    cfg: RunConfig,
+    outcomes: list[TrialOutcome],
+    first_rank: int,
+    baseline: float | None,
+    network: str,
+    first_local_rank: int = 0,
 ) -> Distributed:
     """The record's ``distributed`` block; ``records.build`` adds the scaling efficiency."""
     per_worker_batch = cfg.resolved_per_device_batch * cfg.resolved_device_count
@@ -62,14 +68,16 @@ def _distributed_block(
         engine,
         cfg.workers,
         per_worker_batch,
-        multiworker.per_worker(outcomes, per_worker_batch, first_rank),
+        multiworker.per_worker(outcomes, per_worker_batch, first_rank, first_local_rank),
         baseline,
         None,
         network,
     )
 
 
-def run_rank(ref: BackendRef, config: RunConfig, launch_plan: LaunchPlan, rank: int) -> Record:
+def run_rank(
+    ref: BackendRef, config: RunConfig, launch_plan: LaunchPlan, rank: int, local_rank: int = 0, launcher: Launcher | None = None
+) -> Record:
     """One rank of a multi-host job (``accelbench worker``): its record, merged later with the
     other ranks' by ``accelbench merge``. Its throughput is the job's as this rank timed it."""
     [setup] = envs.setups_for(ref)
@@ -88,5 +96,6 @@ def run_rank(ref: BackendRef, config: RunConfig, launch_plan: LaunchPlan, rank: 
     ctx = RunContext(
         ref, config, environment.collect(ref.backend.describe().requires), [multiworker.merge(outcomes)], worker=described
     )
-    ctx.distributed = _distributed_block(_engine(ref).name, config, outcomes, rank, None, MULTI_HOST_NETWORK)
+    ctx.distributed = _distributed_block(_engine(ref).name, config, outcomes, rank, None, MULTI_HOST_NETWORK, local_rank)
+    ctx.distributed.launcher = launcher
     return build(ctx)

@@ -226,11 +226,14 @@ def _summed_peaks(usage: ProcessUsage | None, ranks: list[ProcessUsage | None]) 
     return dataclasses.replace(usage, peak_resident_bytes=sum(peaks))
 
 
-def per_worker(outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0) -> list[WorkerRow]:
-    """Each rank run here: its figures, its host and its index among this host's ranks."""
+def per_worker(
+    outcomes: list[TrialOutcome], per_worker_batch: int, first_rank: int = 0, first_local_rank: int = 0
+) -> list[WorkerRow]:
+    """Each rank run here: its figures, its host and its index among this host's ranks (a
+    launcher's process may hold one of several: ``first_local_rank``)."""
     rows = []
-    for local_rank, outcome in enumerate(outcomes):
-        rank = first_rank + local_rank
+    for index, outcome in enumerate(outcomes):
+        rank, local_rank = first_rank + index, first_local_rank + index
         row = TrialRow.of(rank, outcome, per_worker_batch)
         rows.append(
             WorkerRow(

@@ -105,6 +105,17 @@ class WorkerRow:
 
 
 @dataclass
+class Launcher:
+    """What started a multi-host job's ranks (``accelbench.planning.launchers``): ``flags``
+    when the user gave every rank by hand."""
+
+    name: str
+    job_id: str | None = omitted_while_none()
+    #: the job's nodes, as the launcher listed them (a Slurm node list expanded)
+    nodes: list[str] | None = omitted_while_none()
+
+
+@dataclass
 class Distributed:
     """A multi-worker run: global images/sec = all workers' images / the slowest worker's wall time."""
 
@@ -116,6 +127,8 @@ class Distributed:
     scaling_efficiency: float | None
     network: str | None = omitted_while_none()
     hosts: list[str] | None = omitted_while_none()
+    #: a multi-host job's launcher (since result schema 1.14)
+    launcher: Launcher | None = omitted_while_none()
 
 
 @dataclass

@@ -65,7 +65,8 @@ class TorchDistributedEngine(Engine):
         interface = interface_of(cluster.node_host) if cluster.node_host else None
         if interface:  # gloo binds the interface of the hostname's address unless told
             master["GLOO_SOCKET_IFNAME"] = interface
-        env = rank_env(master, cluster.rank, cluster.workers, cluster.local_rank, cluster.local_workers)
+        local_world = cluster.local_world_size or cluster.local_workers
+        env = rank_env(master, cluster.rank, cluster.workers, cluster.local_rank, local_world)
         return LaunchPlan(self.name, cluster.workers, [env])
 
 
