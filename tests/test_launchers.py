@@ -1,9 +1,12 @@
 """Every launcher's environment, as its documentation says it sets it, read into a rank's place
 in the job (accelbench.planning.launchers); the flags over it; the refusals."""
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +182,33 @@ def test_the_worker_command_refuses_in_one_line_before_any_framework(tmp_path, e
     )
     assert done.returncode == 2 and named in done.stderr and done.stderr.strip().count("\n") == 0, done.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
+def test_torchrun_starts_the_ranks_with_no_rank_flags(tmp_path):
+    """The docs' one-liner, on one node: torchrun's two processes, each an `accelbench worker`
+    reading RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT from torchrun."""
+    import shutil
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    small = ["--model", "resnet_small", "--image-size", "16", "--num-classes", "10", "--per-device-batch", "2"]
+    steps = ["--warmup-steps", "1", "--timed-steps", "3", "--threads", "1", "--timeout", "240"]
+    done = subprocess.run(
+        [torchrun, "--nproc-per-node", "2", "-m", "accelbench", "worker", "--plugin", "torch_ref", *small, *steps,
+         "-o", str(tmp_path / "rank-{rank}.json")],
+        capture_output=True, text=True, timeout=400, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    merged = subprocess.run(
+        [sys.executable, "-m", "accelbench", "merge", str(tmp_path / "rank-0.json"), str(tmp_path / "rank-1.json"),
+         "-o", str(tmp_path / "job.json")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert merged.returncode == 0, merged.stderr
+    [record] = json.loads((tmp_path / "job.json").read_text())["records"]
+    assert record["status"] == "ok", record["reason"]
+    distributed = record["distributed"]
+    assert distributed["launcher"]["name"] == "torchrun" and distributed["launcher"]["job_id"]
+    assert [(w["rank"], w["local_rank"]) for w in distributed["per_worker"]] == [(0, 0), (1, 1)]
+    assert len({w["final"]["weights_checksum"] for w in distributed["per_worker"]}) == 1

@@ -162,7 +162,8 @@ def test_a_contract_breach_in_a_run_is_a_failed_record_and_the_next_backend_runs
 
 
 # what the built-in plugins bring, and what this test distribution brings: core knows neither
-BUILT_IN_NAMES = r"tensorflow|tf_keras|keras|mxnet|gluon|tf_config|TF_CONFIG|dmlc|DMLC|ps-lite|torch|jax"
+# (the launchers core reads a rank from are named: torchrun, its TORCHELASTIC_* variables, Kubeflow's PyTorchJob)
+BUILT_IN_NAMES = r"tensorflow|tf_keras|keras|mxnet|gluon|tf_config|TF_CONFIG|dmlc|DMLC|ps-lite|torch(?!run|elastic|job)|jax"
 OPEN_WORLD_NAMES = r"accelbench_toy|toy_allreduce|\bmlp\b|\bfp64\b|TOY_"
 
 

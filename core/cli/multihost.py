@@ -49,7 +49,9 @@ from accelbench.errors import UsageError
     show_default=True,
     help="Service processes (e.g. parameter servers) rank 0 starts, for engines with them.",
 )
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file.")
+@click.option(
+    "--output", "-o", required=True, type=click.Path(dir_okay=False), help="This rank's results file ({rank}: the rank)."
+)
 def worker(
     rank: int | None,
     local_workers: int,
@@ -106,7 +108,7 @@ def worker(
         raise UsageError(f"{refs[0].id} has no multi-worker engine: `accelbench worker` runs a rank of a multi-host job")
     plan = launch.plan_host(engine, cluster)
     record = distributed.run_rank(refs[0], item.config, plan, rank, placed.local_rank, placed.launcher)
-    records.write_results(Path(output), [record])
+    records.write_results(Path(output.replace("{rank}", str(rank))), [record])
     ranks = f"rank {rank}" if local_workers == 1 else f"ranks {rank}-{rank + local_workers - 1}"
     click.echo(f"{ranks} ({placed.launcher.name}): {record.status} {record.reason}".strip())
     sys.exit(0 if record.ok else 1)
@@ -122,3 +124,50 @@ def merge(files: tuple[str, ...], output: str) -> None:
     merged = records.merge_ranks([r for name in files for r in records.read_results(name)])
     records.write_results(Path(output), [merged])
     click.echo(f"merged {len(merged.distributed.per_worker) if merged.distributed else 0} workers: {merged.status} -> {output}")
+
+
+@cli.command("slurm-script")
+@config_options
+@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes of the job.")
+@click.option("--tasks-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks per node.")
+@click.option("--partition", help="Slurm partition.")
+@click.option("--account", help="Slurm account.")
+@click.option("--slurm-time", metavar="LIMIT", help="The job's time limit, as sbatch takes it (e.g. 30:00).")
+@click.option(
+    "--job-dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="A folder every node sees: the run config is written there, and the ranks' files go there.",
+)
+def slurm_script(
+    nodes: int,
+    tasks_per_node: int,
+    partition: str | None,
+    account: str | None,
+    slurm_time: str | None,
+    job_dir: str,
+    plugin_names: tuple[str, ...],
+    backend_names: tuple[str, ...],
+    config_file: str | None,
+    options: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    """Print the sbatch script of a multi-host run (what `run --slurm` submits), for users who
+    submit their own: srun accelbench worker on every task, then accelbench merge."""
+    from accelbench.execution import runner, slurm_jobs
+    from accelbench.planning import inputs
+
+    config = run_config(config_file, flags, options)
+    refs = selected(plugin_names, backend_names)
+    if len(refs) != 1:
+        raise UsageError(f"a Slurm job runs exactly one backend; selected {len(refs)}: pick one with --backend")
+    if refs[0].backend.engine is None:
+        raise UsageError(f"{refs[0].id} has no multi-worker engine")
+    [item] = runner.plan(refs, config)
+    if item.precheck:
+        raise UsageError(item.precheck.reason)
+    folder = Path(job_dir)
+    inputs.check_writable_folder(folder, "--job-dir")
+    spec = slurm_jobs.JobSpec(refs[0].id, nodes, tasks_per_node, folder, partition, account, slurm_time)
+    slurm_jobs.write_config(spec, config)  # as given: each task resolves it for the job's size
+    click.echo(slurm_jobs.script(spec), nl=False)

@@ -26,6 +26,7 @@ from accelbench.cli.options import (
 )
 from accelbench.errors import UsageError
 from accelbench.execution.schedule import DEFAULT_BLOCK_S, DEFAULT_BLOCKS, DEFAULT_UNTIL_BLOCKS
+from accelbench.planning import inputs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from accelbench.analysis.cost import Pricing
     from accelbench.cli.console import ResultsTable
     from accelbench.execution.schedule import Schedule
+    from accelbench.execution.slurm_jobs import JobSpec
     from accelbench.planning.config import RunConfig
     from accelbench.planning.plan import Plan
     from accelbench.planning.replay import Replay
@@ -118,6 +120,17 @@ if TYPE_CHECKING:
     help="First measure each framework's matrix-product peak here (as accelbench peak), so the records "
     "carry utilisation against it.",
 )
+@click.option("--slurm", is_flag=True, help="Run as one Slurm job: sbatch, follow it, merge its ranks' files.")
+@click.option("--nodes", type=click.IntRange(min=1), help="--slurm: nodes of the job.")
+@click.option("--tasks-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="--slurm: ranks per node.")
+@click.option("--partition", help="--slurm: Slurm partition.")
+@click.option("--account", help="--slurm: Slurm account.")
+@click.option("--slurm-time", metavar="LIMIT", help="--slurm: the job's time limit, as sbatch takes it (e.g. 30:00).")
+@click.option(
+    "--job-dir",
+    type=click.Path(file_okay=False),
+    help="--slurm: a folder every node sees, for the config, the ranks' files and Slurm's output (default: beside -o).",
+)
 @price_options
 def run(
     plugin_names: tuple[str, ...],
@@ -141,6 +154,13 @@ def run(
     env_matrix: tuple[str, ...],
     no_create_env: bool,
     measure_peak: bool,
+    slurm: bool,
+    nodes: int | None,
+    tasks_per_node: int,
+    partition: str | None,
+    account: str | None,
+    slurm_time: str | None,
+    job_dir: str | None,
     prices: str | None,
     price: str | None,
     price_per_hour: float | None,
@@ -154,7 +174,6 @@ def run(
     from accelbench.environments import python_envs as envs
     from accelbench.execution import runner
     from accelbench.execution.schedule import UNTIL_TRIAL_TIME_S
-    from accelbench.planning import inputs
 
     config = run_config(config_file, {**flags, "levers": levers}, options)
     refs = selected(plugin_names, backend_names)
@@ -169,13 +188,73 @@ def run(
         raise UsageError("--until-decided/--until-halfwidth compare runs: select at least two that can run here")
     pricing = cost.Pricing.from_flags(prices, price, price_per_hour, epochs, price_per_kwh)
     path = Path(output or f"results/accelbench-{datetime.now():%Y%m%d-%H%M%S}.json")
+    job = _slurm_job(slurm, plans, path, nodes, tasks_per_node, partition, account, slurm_time, job_dir)
     inputs.check_output(path, force)  # the last check: after it, workers start
+    if job:
+        _run_slurm_job(job, plans[0], config, path, force)
+        return
     view = View(quiet=quiet, as_json=as_json, wide=wide)
     if measure_peak:
         _measure_peaks(plans, view)
     done = execute(plans, path, pricing, ResultsTable, schedule, view, force, create_envs=not no_create_env)
     if (schedule.until or schedule.kind == "lockstep") and view.tables:
         _print_comparison(done, schedule.until.tolerance if schedule.until else None, wide)
+
+
+def _slurm_job(
+    slurm: bool,
+    plans: list[Plan],
+    path: Path,
+    nodes: int | None,
+    tasks_per_node: int,
+    partition: str | None,
+    account: str | None,
+    time_limit: str | None,
+    job_dir: str | None,
+) -> JobSpec | None:
+    """``--slurm``'s job, checked before anything is submitted (None without --slurm)."""
+    from accelbench.execution import slurm_jobs
+
+    if not slurm:
+        given = next((f for f, v in (("--nodes", nodes), ("--partition", partition), ("--account", account),
+                                     ("--slurm-time", time_limit), ("--job-dir", job_dir)) if v), None)  # fmt: skip
+        if given:
+            raise UsageError(f"{given} is for a Slurm job: give it with --slurm")
+        return None
+    if nodes is None:
+        raise UsageError("--slurm needs --nodes N")
+    if len(plans) != 1:
+        raise UsageError(f"--slurm runs one backend as one job; {len(plans)} runs are selected: pick one with --backend")
+    if plans[0].precheck:
+        raise UsageError(plans[0].precheck.reason)
+    if plans[0].ref.backend.engine is None:
+        raise UsageError(f"--slurm: {plans[0].ref.id} has no multi-worker engine")
+    slurm_jobs.require_slurm("--slurm")
+    folder = Path(job_dir) if job_dir else path.with_name(f"{path.stem}.slurm-{datetime.now():%Y%m%d-%H%M%S}")
+    inputs.check_writable_folder(folder, "--job-dir")
+    return slurm_jobs.JobSpec(plans[0].ref.id, nodes, tasks_per_node, folder, partition, account, time_limit)
+
+
+def _run_slurm_job(job: JobSpec, plan: Plan, config: RunConfig, path: Path, force: bool) -> None:
+    """Submit, follow, merge, write: the job's record, failed with Slurm's reason if it failed.
+    The tasks get the config as given (each resolves it for the job's size), not this host's plan;
+    a job that left no rank's record is recorded with the plan's."""
+    from accelbench.execution import slurm_jobs
+    from accelbench.records import results as records
+
+    slurm_jobs.write_config(job, config)
+    try:
+        job_id = slurm_jobs.submit(job)
+    except RuntimeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"Slurm job {job_id}: {job.nodes} node(s) x {job.tasks_per_node} task(s), files in {job.folder}", err=True)
+    end = slurm_jobs.follow(job_id, config.timeout_s + 600)
+    record = slurm_jobs.collect(job, end, plan.ref, plan.config)
+    written = records.ResultsWriter(path, ["accelbench", *sys.argv[1:]], force).write([record])
+    click.echo(f"{end.describe()}: {record.status} {record.reason}".strip())
+    click.echo(f"results: {written}", err=True)
+    sys.exit(0 if record.ok else 1)
 
 
 @cli.command()

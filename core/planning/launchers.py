@@ -4,9 +4,9 @@
 PyTorchJob, which sets the same variables), Open MPI, Slurm, a Kubernetes Indexed Job -- and
 takes the first whose variables are set: the innermost launcher (``srun torchrun ...`` is
 torchrun's ranks inside Slurm's task). Each reader takes exactly the variables its launcher's
-documentation names. The coordinator, TensorFlow's peer list and this host's address follow from
-them where the launcher says enough (Slurm names every node; torchrun only the master, so
-TensorFlow's peers there must be given). Flags still win; a flag that contradicts the
+documentation names. The coordinator, the peer list (every rank's HOST:PORT, for engines that
+need it) and this host's address follow from them where the launcher says enough (Slurm names
+every node; torchrun only the master, so a peer list there must be given). Flags still win; a flag that contradicts the
 environment is refused in one line, as is an environment that names no launcher.
 """
 
@@ -22,7 +22,7 @@ from accelbench.records.blocks import Launcher
 #: the coordinator's port when the launcher names none (Slurm, Open MPI, Kubernetes): this plus
 #: the job id modulo 1000, so two jobs sharing a node do not collide
 DEFAULT_PORT = 29400
-#: how TensorFlow's peer ports sit above the coordinator's: one per local rank
+#: how the peers' ports sit above the coordinator's: one per local rank
 PEER_PORT_OFFSET = 1
 
 
@@ -38,7 +38,7 @@ class Placement:
     local_world_size: int
     coordinator: str | None = None
     #: every rank's node and local index in rank order, where the launcher names every node
-    #: (TensorFlow's peers listen at the coordinator's port + 1 + local index)
+    #: (the peers listen at the coordinator's port + 1 + local index)
     peer_nodes: tuple[tuple[str, int], ...] = ()
     node_host: str | None = None
     #: which variable gave each field, for refusals that name it
@@ -113,7 +113,7 @@ def slurm(env: Mapping[str, str]) -> Placement | None:
     """A task of a Slurm job step (``srun``): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
     SLURM_NODEID, SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), SLURM_STEP_TASKS_PER_NODE (else
     SLURM_TASKS_PER_NODE). Node lists are expanded as Slurm does (``node[01-04,07]``); the
-    coordinator is the first node, TensorFlow's peers every task's node in rank order (Slurm's
+    coordinator is the first node, the peers every task's node in rank order (Slurm's
     default block distribution)."""
     if "SLURM_PROCID" not in env:
         return None  # a batch script outside srun is no task: it has SLURM_JOB_ID alone
