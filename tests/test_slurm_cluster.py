@@ -40,6 +40,12 @@ def _missing() -> list[str]:
 needs_slurm = pytest.mark.skipif(bool(_missing()), reason=f"Slurm and munge are not installed ({PACKAGES})")
 
 
+def torch_on_slurm(test):
+    """A test of PyTorch workers on the cluster."""
+    no_torch = importlib.util.find_spec("torch") is None
+    return needs_slurm(pytest.mark.torch(pytest.mark.skipif(no_torch, reason="PyTorch not installed")(test)))
+
+
 @dataclass
 class Cluster:
     folder: Path
@@ -227,8 +233,9 @@ def _merged(cluster: Cluster, folder: Path) -> dict:
 
 def _srun_workers(cluster: Cluster, folder: Path, tasks_per_node: int, *args: str) -> dict:
     folder.mkdir()
-    worker = f"exec {sys.executable} -m accelbench worker {' '.join(args)} -o {folder}/rank-$SLURM_PROCID.json"
-    cluster.command("srun", f"--nodes={len(NODES)}", f"--ntasks-per-node={tasks_per_node}", "bash", "-c", worker)
+    # the docs' one-liner: no rank flags, and no shell to spell each rank's file
+    worker = [sys.executable, "-m", "accelbench", "worker", *args, "-o", f"{folder}/rank-{{rank}}.json"]
+    cluster.command("srun", f"--nodes={len(NODES)}", f"--ntasks-per-node={tasks_per_node}", *worker)
     return _merged(cluster, folder)
 
 
@@ -238,9 +245,7 @@ def _check_slurm_launcher(record: dict) -> str:
     return launcher["job_id"]
 
 
-@needs_slurm
-@pytest.mark.torch
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
+@torch_on_slurm
 def test_srun_runs_pytorch_ddp_on_two_nodes_of_two_tasks_with_no_rank_flags(cluster, tmp_path):
     record = _srun_workers(cluster, tmp_path / "ddp", 2, "--plugin", "torch_ref", *SMALL)
     assert record["status"] == "ok", record["reason"]
@@ -272,9 +277,7 @@ def test_srun_runs_tensorflow_multi_worker_on_two_nodes_with_no_peer_list(cluste
     _check_slurm_launcher(record)
 
 
-@needs_slurm
-@pytest.mark.torch
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
+@torch_on_slurm
 def test_run_slurm_submits_follows_and_writes_the_merged_record_with_the_job_id(cluster, tmp_path):
     out = tmp_path / "job.json"
     done = cluster.command(
@@ -289,9 +292,7 @@ def test_run_slurm_submits_follows_and_writes_the_merged_record_with_the_job_id(
     assert (tmp_path / "shared" / f"slurm-{job_id}.out").exists()
 
 
-@needs_slurm
-@pytest.mark.torch
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
+@torch_on_slurm
 def test_a_cancelled_job_is_a_failed_record_with_slurms_state(cluster, tmp_path):
     out = tmp_path / "job.json"
     long = [a for a in SMALL if a not in ("--timed-steps", "3")] + ["--time", "5m"]  # still running when cancelled
@@ -313,9 +314,7 @@ def test_a_cancelled_job_is_a_failed_record_with_slurms_state(cluster, tmp_path)
     assert record["status"] == "failed" and f"Slurm job {job_id} CANCELLED" in record["reason"], record["reason"]
 
 
-@needs_slurm
-@pytest.mark.torch
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
+@torch_on_slurm
 def test_the_printed_script_submitted_by_hand_merges_the_job(cluster, tmp_path):
     shared = tmp_path / "shared"
     printed = cluster.command(

@@ -403,8 +403,28 @@ def test_bf16_emulation_is_told_from_what_xla_compiled(operands, platform, flags
     assert emulation_warnings("fp32", platform, operands, "the step's convolutions") == []
 
 
+def _bare_step_s(testplugins_path, step_ms: float) -> float:
+    """The sleepy backend's step, called in a bare loop here: seconds a step, the best of 3."""
+    sys.path.insert(0, str(testplugins_path))
+    try:
+        from accelbench_testplugins.sleepy import Sleepy
+    finally:
+        sys.path.remove(str(testplugins_path))
+    from accelbench.planning.config import RunConfig
+
+    backend, calls = Sleepy(), 20_000
+    backend.prepare(RunConfig.from_dict({"options": {"step_ms": step_ms}}))
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        for _ in range(calls):
+            backend.step()
+        best = min(best, (time.perf_counter() - began) / calls)
+    return best
+
+
 @pytest.mark.slow
-def test_a_step_of_microseconds_is_timed_in_samples_and_its_record_stays_small(accelbench_cli, tmp_path):
+def test_a_step_of_microseconds_is_timed_in_samples_and_its_record_stays_small(accelbench_cli, testplugins_path, tmp_path):
     """#66: a 10 us step in a 10 s time box is timed in samples of whole calls lasting at least
     ``timing.MIN_SAMPLE_S`` (as pyperf calibrates its loops): the record says how many steps a
     sample holds, stays far under 1 MB, its figure is the step's true rate, and the run ends
@@ -418,8 +438,10 @@ def test_a_step_of_microseconds_is_timed_in_samples_and_its_record_stays_small(a
     steps, [trial] = record["steps"], record["trials"]
     assert steps["steps_per_sample"] >= 100 and steps["timed"] >= 10 * steps["steps_per_sample"]
     assert len(trial["step_times_s"]) <= 2 * 10 / timing.MIN_SAMPLE_S  # samples sized from the warm-up's pace
-    # the step busy-waits 10 us; the loop around it costs well under a microsecond a call
-    assert record["throughput"]["images_per_sec"] == pytest.approx(8 / 10e-6, rel=0.15)
+    # the step busy-waits 10 us, and its own Python around that costs 0.5 to 2.5 us by the CPU: the
+    # record's rate is the step's, as a bare loop in this process times it (the loop around it
+    # costs well under a microsecond a call)
+    assert record["throughput"]["images_per_sec"] == pytest.approx(8 / _bare_step_s(testplugins_path, 0.01), rel=0.15)
     assert record["throughput"]["images"] == 8 * steps["timed"]
     ended = datetime.fromisoformat(trial["ended_utc"].replace("Z", "+00:00")).timestamp()
     assert finished - ended < 2.0  # the host's statistics, the write and the table, then its exit

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from accelbench.cli.app import cli
-from accelbench.cli.options import config_options, endpoint, run_config, selected
+from accelbench.cli.options import config_options, endpoint, run_config, selected, slurm_options
 from accelbench.errors import UsageError
 
 
@@ -128,17 +128,7 @@ def merge(files: tuple[str, ...], output: str) -> None:
 
 @cli.command("slurm-script")
 @config_options
-@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes of the job.")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks per node.")
-@click.option("--partition", help="Slurm partition.")
-@click.option("--account", help="Slurm account.")
-@click.option("--slurm-time", metavar="LIMIT", help="The job's time limit, as sbatch takes it (e.g. 30:00).")
-@click.option(
-    "--job-dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="A folder every node sees: the run config is written there, and the ranks' files go there.",
-)
+@slurm_options(for_run=False)
 def slurm_script(
     nodes: int,
     tasks_per_node: int,

@@ -88,6 +88,38 @@ wide_option = click.option(
 force_option = click.option("--force", is_flag=True, help="Replace an existing results file instead of appending to it.")
 
 
+def slurm_options(for_run: bool) -> Callable[[Command], Command]:
+    """A Slurm job's shape, declared once for ``run --slurm`` (where each is optional and says it
+    is for --slurm) and ``slurm-script`` (where --nodes and --job-dir are required)."""
+    prefix = "--slurm: " if for_run else ""
+    where = " (default: beside -o)" if for_run else ""
+
+    def add(command: Command) -> Command:
+        for option in reversed(
+            [
+                click.option("--nodes", type=click.IntRange(min=1), required=not for_run, help=f"{prefix}Nodes of the job."),
+                click.option(
+                    "--tasks-per-node", type=click.IntRange(min=1), default=1, show_default=True, help=f"{prefix}Ranks per node."
+                ),
+                click.option("--partition", help=f"{prefix}Slurm partition."),
+                click.option("--account", help=f"{prefix}Slurm account."),
+                click.option(
+                    "--slurm-time", metavar="LIMIT", help=f"{prefix}The job's time limit, as sbatch takes it (e.g. 30:00)."
+                ),
+                click.option(
+                    "--job-dir",
+                    required=not for_run,
+                    type=click.Path(file_okay=False),
+                    help=f"{prefix}A folder every node sees, for the run config, the ranks' files and Slurm's output{where}.",
+                ),
+            ]
+        ):
+            command = option(command)
+        return command
+
+    return add
+
+
 def price_options(command: Command) -> Command:
     """Pricing flags shared by run and report."""
     for option in reversed(

@@ -22,6 +22,7 @@ from accelbench.cli.options import (
     python_paths,
     run_config,
     selected,
+    slurm_options,
     wide_option,
 )
 from accelbench.errors import UsageError
@@ -121,16 +122,7 @@ if TYPE_CHECKING:
     "carry utilisation against it.",
 )
 @click.option("--slurm", is_flag=True, help="Run as one Slurm job: sbatch, follow it, merge its ranks' files.")
-@click.option("--nodes", type=click.IntRange(min=1), help="--slurm: nodes of the job.")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="--slurm: ranks per node.")
-@click.option("--partition", help="--slurm: Slurm partition.")
-@click.option("--account", help="--slurm: Slurm account.")
-@click.option("--slurm-time", metavar="LIMIT", help="--slurm: the job's time limit, as sbatch takes it (e.g. 30:00).")
-@click.option(
-    "--job-dir",
-    type=click.Path(file_okay=False),
-    help="--slurm: a folder every node sees, for the config, the ranks' files and Slurm's output (default: beside -o).",
-)
+@slurm_options(for_run=True)
 @price_options
 def run(
     plugin_names: tuple[str, ...],

@@ -90,8 +90,8 @@ def script(spec: JobSpec, python: str = sys.executable) -> str:
     directives += [f"--time={spec.time_limit}"] * bool(spec.time_limit)
     accelbench = f"{shlex.quote(python)} -m accelbench"
     worker = (
-        f"exec {accelbench} worker --backend {shlex.quote(spec.backend)} --config {shlex.quote(str(folder / 'config.json'))} "
-        f'-o {shlex.quote(str(folder))}/rank-"$SLURM_PROCID".json'
+        f"{accelbench} worker --backend {shlex.quote(spec.backend)} --config {shlex.quote(str(folder / 'config.json'))} "
+        f"-o {shlex.quote(str(folder / 'rank-{rank}.json'))}"
     )
     return "\n".join(
         [
@@ -99,7 +99,7 @@ def script(spec: JobSpec, python: str = sys.executable) -> str:
             *(f"#SBATCH {d}" for d in directives),
             "# written by accelbench: each task reads its rank, the job's size and the coordinator from Slurm",
             "set -euo pipefail",
-            f"srun bash -c {shlex.quote(worker)}",
+            f"srun {worker}",
             f"{accelbench} merge {shlex.quote(str(folder))}/rank-*.json -o {shlex.quote(str(folder / 'job.json'))}",
             "",
         ]
