@@ -3,6 +3,7 @@ target top-1: accuracy curves, time and cost to accuracy)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -198,7 +199,11 @@ def mlperf_packaging(folder: str | None, force: bool, submission: Submission) ->
     def package(records: list[Record]) -> list[Record]:
         if force:
             mlperf_checks.clear(out)
-        packaged = mlperf_checks.package(records, out, submission)
+        try:
+            packaged = mlperf_checks.package(records, out, submission)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # the runs' records are written already
+            click.echo(f"error: --mlperf-log: {exc}", err=True)
+            sys.exit(1)
         for line in mlperf_checks.summary_lines(packaged):
             click.echo(f"mlperf: {line}", err=True)
         return packaged

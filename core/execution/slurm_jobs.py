@@ -170,6 +170,7 @@ def collect(spec: JobSpec, end: JobEnd, ref: BackendRef, config: RunConfig) -> R
     job did not complete (the ranks' figures kept where they wrote any)."""
     from accelbench.environments import machine
     from accelbench.records import results as records
+    from accelbench.records import validation
 
     merged, missing = None, ""
     files = spec.rank_files()
@@ -182,7 +183,8 @@ def collect(spec: JobSpec, end: JobEnd, ref: BackendRef, config: RunConfig) -> R
     reason = end.describe() + (f"; {merged.reason}" if merged and merged.reason else missing)
     if merged:
         merged.status, merged.reason, merged.throughput, merged.step_time = "failed", reason, None, None
-        return merged
+        if not validation.errors("result", merged.to_json()):
+            return merged  # the ranks' own figures kept beside Slurm's reason
     if not files:
         reason += "; no rank wrote its results"
     outcome = records.TrialOutcome("failed", reason)
