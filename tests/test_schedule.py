@@ -124,7 +124,9 @@ def test_the_sequential_schedule_puts_the_drift_into_the_ratio(accelbench_cli, t
 
 @pytest.mark.slow
 def test_a_backend_five_percent_slower_is_outside(accelbench_cli, tmp_path):
-    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "6", "--option", "twin_scale=1.05", *drifting())
+    # 10 rounds, not 6: on a 2-core Zen 3 VM two of six pairs came out near 1.01, leaving the
+    # interval over 1.03 undecided (the estimate itself was 1.05); ten pairs tighten it by a fifth
+    records, _ = twin_run(accelbench_cli, tmp_path, "--trials", "10", "--option", "twin_scale=1.05", *drifting())
     result = paired(records)
     assert result.ratio == pytest.approx(1.05, rel=0.015)
     assert result.verdict == "outside", result
