@@ -11,6 +11,7 @@ our own records, which the tests hold equal to its score.
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 import tempfile
@@ -140,8 +141,6 @@ def package(records: list[Record], folder: Path, submission: Submission) -> list
 
 
 def _describe(folder: Path, system: str, record: Record, submission: Submission) -> str:
-    import json
-
     path = folder / "systems" / f"{system}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(system_description(record, submission), indent=2) + "\n")
@@ -162,14 +161,20 @@ def _block(path: Path, system: str, runs: list[tuple[Record, Path]], score: floa
     return MlperfLog(str(path), RULESET, DIVISION, system, checked, score, len(runs), "; ".join(reasons) or None)
 
 
-def summary_lines(records: list[Record]) -> list[str]:
-    """One line per system: its logs, what the checker said, the summarizer's score."""
-    systems: dict[str, list[MlperfLog]] = {}
+def by_system(records: list[Record]) -> dict[str, list[tuple[Record, MlperfLog]]]:
+    """The records that hold an MLPerf log, grouped by the system the summarizer scored them as."""
+    systems: dict[str, list[tuple[Record, MlperfLog]]] = {}
     for record in records:
         if record.training and record.training.mlperf:
-            systems.setdefault(record.training.mlperf.system, []).append(record.training.mlperf)
+            systems.setdefault(record.training.mlperf.system, []).append((record, record.training.mlperf))
+    return systems
+
+
+def summary_lines(records: list[Record]) -> list[str]:
+    """One line per system: its logs, what the checker said, the summarizer's score."""
     lines = []
-    for system, logs in systems.items():
+    for system, runs in by_system(records).items():
+        logs = [log for _, log in runs]
         passed = sum(log.compliance == "passed" for log in logs)
         score = logs[0].score_minutes
         scored = f"score {score:.4f} min (result summarizer)" if score is not None else f"no score: {logs[0].reason}"

@@ -671,19 +671,15 @@ evaluation and input pipeline). Cost to target = that time x the price per hour.
 def _mlperf_section(records: list[Record], logged: Sequence[LoggedRun]) -> str:
     """MLCommons' result summarizer's score of each system beside accelbench's own figures of the
     same runs (same seeds), and the MLPerf logs read with --mlperf-logs."""
-    from accelbench.analysis.mlperf_checks import olympic_mean
+    from accelbench.analysis.mlperf_checks import by_system, olympic_mean
     from accelbench.records.mlperf_log import RULESET
 
-    systems: dict[str, list[tuple[Record, Training]]] = {}
-    for record, training in training_records(records):
-        if training.mlperf:
-            systems.setdefault(training.mlperf.system, []).append((record, training))
     rows = []
-    for system, runs in systems.items():
-        mlperf = runs[0][1].mlperf
-        assert mlperf is not None
+    for system, logged_runs in by_system(records).items():
+        mlperf = logged_runs[0][1]
+        runs = [(r, r.training) for r, _ in logged_runs if r.training]
         seeds = ", ".join(str(r.config.get("seed")) for r, _ in runs)
-        passed = sum(t.mlperf.compliance == "passed" for _, t in runs if t.mlperf)
+        passed = sum(log.compliance == "passed" for _, log in logged_runs)
         ours = olympic_mean([t.wall_time_s / 60 for _, t in runs])
         to_target = [t.time_to_target_s / 60 if t.time_to_target_s is not None else None for _, t in runs]
         cells = [
